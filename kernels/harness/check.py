@@ -1,0 +1,128 @@
+"""Correctness: poison outputs, compare with a float64 reference, and validate kernel arguments.
+
+A verdict line (``str(result)``) names the check and its tolerance but not the measured error, so
+it reads the same on a GPU and in the simulator; ``result.detail`` carries the numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import device
+
+
+def to_host(x) -> np.ndarray:
+    """A NumPy copy of a NumPy, CuPy or Numba device array."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "get"):          # CuPy
+        return x.get()
+    if hasattr(x, "copy_to_host"):  # Numba device array (real or simulated)
+        return x.copy_to_host()
+    raise TypeError(f"expected a NumPy, CuPy or Numba device array, got {type(x).__name__}")
+
+
+def poison(x):
+    """Fill an output before a kernel runs, so that any element the kernel forgets shows up.
+
+    Floats get NaN (a comparison can never pass by accident); integers get their maximum value.
+    """
+    dtype = np.dtype(x.dtype)
+    value = np.nan if dtype.kind in "fc" else np.iinfo(dtype).max
+    if hasattr(x, "copy_to_host") and not hasattr(x, "fill"):  # Numba device array
+        x.copy_to_device(np.full(x.shape, value, dtype=dtype))
+    else:
+        x.fill(value)
+    return x
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    max_abs: float
+    rel_fro: float
+    n_nonfinite: int
+    atol: float
+    rtol: float | None
+
+    def __str__(self) -> str:
+        bound = f"max|err| <= {self.atol:g}" + ("" if self.rtol is None else f", rel <= {self.rtol:g}")
+        why = "" if self.ok else f" ({self.reason()})"
+        return f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {bound}{why}"
+
+    @property
+    def detail(self) -> str:
+        return (f"{self.name}: max|err| = {self.max_abs:.3g}, relative Frobenius = {self.rel_fro:.3g}, "
+                f"non-finite = {self.n_nonfinite}")
+
+    def reason(self) -> str:
+        if self.n_nonfinite:
+            return f"{self.n_nonfinite} elements NaN/Inf where the reference is finite: unwritten or broken"
+        return f"max|err| = {self.max_abs:.3g}, rel = {self.rel_fro:.3g}"
+
+
+def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "output") -> CheckResult:
+    """Compare a kernel's output with a reference computed in float64.
+
+    Fails on any NaN/Inf where the reference is finite, on max |out - ref| > atol, and (if rtol
+    is given) on ||out - ref||_F / ||ref||_F > rtol.
+    """
+    got = to_host(out).astype(np.float64)
+    want = to_host(ref).astype(np.float64)
+    if got.shape != want.shape:
+        raise ValueError(f"{name}: output shape {got.shape} does not match reference shape {want.shape}")
+    if got.size == 0:
+        raise ValueError(f"{name}: empty output; a check needs at least one element")
+    finite = np.isfinite(want)
+    nonfinite = int(np.count_nonzero(~np.isfinite(got) & finite))
+    diff = np.abs(got - want)[finite]
+    max_abs = float(diff.max()) if diff.size else 0.0
+    norm = float(np.linalg.norm(want[finite]))
+    rel = float(np.linalg.norm(diff) / norm) if norm > 0 else max_abs
+    ok = nonfinite == 0 and max_abs <= atol and (rtol is None or rel <= rtol)
+    return CheckResult(name, ok, max_abs, rel, nonfinite, atol, rtol)
+
+
+def assert_close(out, ref, *, atol: float, rtol: float | None = None, name: str = "output") -> CheckResult:
+    result = compare(out, ref, atol=atol, rtol=rtol, name=name)
+    assert result.ok, f"{result} -- {result.detail}"
+    return result
+
+
+def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: tuple | None = None,
+                  min_shape: tuple | None = None):
+    """Check a kernel argument and say what was expected if it is wrong.
+
+    On a GPU the argument must be a device array (CuPy or Numba), C-contiguous; in the simulator a
+    NumPy array plays the device array. Returns the array unchanged.
+    """
+    is_device = hasattr(x, "__cuda_array_interface__")
+    if device.MODE == device.GPU and not is_device:
+        kind = type(x).__name__
+        hint = " (a host array: move it to the GPU with cupy.asarray)" if isinstance(x, np.ndarray) else ""
+        raise TypeError(f"{name}: expected a device array (cupy.ndarray), got {kind}{hint}")
+    if device.MODE != device.GPU and not (is_device or isinstance(x, np.ndarray)):
+        raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
+    if dtype is not None and np.dtype(x.dtype) != np.dtype(dtype):
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {np.dtype(x.dtype).name}")
+    if ndim is not None and len(x.shape) != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
+    if shape is not None and tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
+    if min_shape is not None and any(s < m for s, m in zip(x.shape, min_shape)):
+        raise ValueError(f"{name}: shape {tuple(x.shape)} is smaller than the minimum {tuple(min_shape)}")
+    if int(np.prod(x.shape)) == 0:
+        raise ValueError(f"{name}: empty array of shape {tuple(x.shape)}")
+    if not _c_contiguous(x):
+        raise ValueError(f"{name}: expected a C-contiguous array (use cupy.ascontiguousarray)")
+    return x
+
+
+def _c_contiguous(x) -> bool:
+    flags = getattr(x, "flags", None)
+    if flags is not None:
+        return bool(flags["C_CONTIGUOUS"] if not hasattr(flags, "c_contiguous") else flags.c_contiguous)
+    strides = x.__cuda_array_interface__.get("strides")
+    return strides is None

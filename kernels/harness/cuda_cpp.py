@@ -1,0 +1,134 @@
+"""CUDA C++ kernels: compile with NVRTC (works without a GPU) and load through CuPy (needs one).
+
+On a CPU machine the compile still proves the source is valid for each target and reports what
+ptxas allocated (registers, spills, stack, shared memory); only running it needs a GPU.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from . import device
+
+KERNELS = Path(__file__).resolve().parents[1]
+TARGETS = ("sm_80", "sm_90")
+STD_OPTIONS = ("-std=c++17",)
+
+
+def include_dirs() -> list[str]:
+    """CUDA headers: the system toolkit where there is one, else the pip wheels' copies."""
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if Path(home, "include", "cuda_runtime.h").exists():
+        return [str(Path(home, "include"))]  # never mix two toolkits' headers
+    dirs = []
+    try:
+        import nvidia
+        for base in map(Path, nvidia.__path__):
+            for sub in ("cuda_runtime", "cuda_nvcc", "cuda_cccl"):
+                if (base / sub / "include").is_dir():
+                    dirs.append(str(base / sub / "include"))
+    except ImportError:
+        pass
+    return dirs
+
+
+@dataclass(frozen=True)
+class Resources:
+    kernel: str
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    smem_bytes: int
+
+
+@dataclass(frozen=True)
+class Compiled:
+    path: str
+    arch: str
+    cubin: bytes
+    log: str
+
+    @property
+    def resources(self) -> list[Resources]:
+        return parse_ptxas_log(self.log, self.arch)
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas_log(log: str, arch: str) -> list[Resources]:
+    """Read ptxas's ``-v`` report: one Resources per entry function, in the order compiled."""
+    out, name, frame = [], None, (0, 0, 0)
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            name, frame = m.group(1), (0, 0, 0)
+        elif (m := _FRAME.search(line)) and name:
+            frame = tuple(int(g) for g in m.groups())
+        elif (m := _USED.search(line)) and name:
+            regs, smem = int(m.group(1)), int(m.group(2) or 0)
+            out.append(Resources(name, arch, regs, frame[1], frame[2], frame[0], smem))
+            name = None
+    return out
+
+
+def source_path(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_absolute():
+        p = KERNELS / p
+    if not p.exists():
+        raise FileNotFoundError(f"no CUDA source at {p}")
+    return p
+
+
+def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) -> Compiled:
+    """Compile one .cu file with NVRTC for ``arch``; raise with the compiler's log on error.
+
+    The file's own folder is on the include path, so a chapter's shared header is found."""
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
+    from cuda.bindings import nvrtc
+    src = source_path(path)
+    err, prog = nvrtc.nvrtcCreateProgram(src.read_bytes(), src.name.encode(), 0, [], [])
+    _nvrtc_ok(err, "create")
+    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *options, f"-I{src.parent}",
+            *(f"-I{d}" for d in include_dirs())]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    log = log.decode(errors="replace").rstrip("\x00 ")
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"NVRTC failed to compile {src.name} for {arch}:\n{log}")
+    _, size = nvrtc.nvrtcGetCUBINSize(prog)
+    cubin = b" " * size
+    nvrtc.nvrtcGetCUBIN(prog, cubin)
+    nvrtc.nvrtcDestroyProgram(prog)
+    return Compiled(str(src), arch, cubin, log)
+
+
+def _nvrtc_ok(err, what):
+    from cuda.bindings import nvrtc
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"NVRTC {what} failed: {err}")
+
+
+def all_sources() -> list[Path]:
+    return sorted(KERNELS.rglob("*.cu"))
+
+
+@lru_cache(maxsize=None)
+def load(path: str | Path, name: str, options: tuple = ()):
+    """A CuPy RawKernel-like function for kernel ``name`` in a .cu file (needs a GPU); compiled once."""
+    if device.MODE != device.GPU:
+        raise RuntimeError(f"running {Path(path).name} needs a GPU; in the simulator it is compiled only")
+    import cupy
+    src = source_path(path)
+    opts = (*STD_OPTIONS, *options, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs()))
+    return cupy.RawModule(code=src.read_text(), options=opts).get_function(name)

@@ -1,0 +1,182 @@
+"""Pick the execution mode once -- a real GPU, the Numba CUDA simulator, or neither -- and describe the GPU.
+
+The mode is chosen when this module is first imported, before anything imports ``numba.cuda``:
+the simulator can only be switched on through ``NUMBA_ENABLE_CUDASIM`` before that import.
+Set ``BOOK_MODE=gpu`` or ``BOOK_MODE=sim`` to force a mode.
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import os
+import re
+import subprocess
+import sys
+from functools import lru_cache
+
+GPU, SIM, NONE = "gpu", "sim", "none"
+
+
+def _cuda_device_count() -> int:
+    """Count CUDA devices through the driver library, without importing numba or cupy."""
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    return 0
+
+
+def _select() -> tuple[str, str]:
+    forced = os.environ.get("BOOK_MODE", "").lower()
+    if forced not in ("", GPU, SIM):
+        raise ValueError(f"BOOK_MODE must be 'gpu' or 'sim', got {forced!r}")
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or forced == SIM:
+        mode, reason = SIM, "simulator requested"
+    elif _cuda_device_count() > 0:
+        mode, reason = GPU, "CUDA GPU found"
+    elif forced == GPU:
+        raise RuntimeError("BOOK_MODE=gpu but no CUDA GPU is visible (cuInit/cuDeviceGetCount found none)")
+    else:
+        mode, reason = SIM, "no CUDA GPU found"
+    if mode == SIM:
+        if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+            raise RuntimeError("numba.cuda was imported before kernels.harness; import the harness first")
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        try:
+            import numba_cuda  # noqa: F401  (the simulator ships with numba-cuda)
+        except ImportError:
+            return NONE, reason + " and numba-cuda is not installed"
+    else:
+        # CuPy arrays passed to Numba kernels would otherwise trigger a host-side stream sync on
+        # every launch, which puts launch latency inside the timed region. We use one stream.
+        os.environ.setdefault("NUMBA_CUDA_ARRAY_INTERFACE_SYNC", "0")
+    return mode, reason
+
+
+MODE, REASON = _select()
+
+
+def on_gpu() -> bool:
+    return MODE == GPU
+
+
+def xp():
+    """The array module of this mode: CuPy on a GPU, NumPy in the simulator."""
+    if MODE == GPU:
+        import cupy
+        return cupy
+    import numpy
+    return numpy
+
+
+def resolve_profile(profile: str) -> str:
+    """'full' sizes need a GPU; in the simulator they would run for days, so fall back to 'ci'."""
+    if profile not in ("full", "ci"):
+        raise ValueError(f"profile must be 'full' or 'ci', got {profile!r}")
+    return profile if MODE == GPU else "ci"
+
+
+def announce(profile: str = "full") -> str:
+    """Print (and return) the one line saying which mode and sizes this run uses."""
+    used = resolve_profile(profile)
+    if MODE == GPU:
+        env = environment()
+        line = (f"Mode: GPU -- {env['gpu']} (sm_{env['cc']}, {env['sms']} SMs, driver {env['driver']}, "
+                f"CUDA {env['cuda_runtime']}); profile '{used}'.")
+    elif MODE == SIM:
+        line = (f"Mode: CUDA simulator ({REASON}) -- kernels run on the CPU at '{used}' sizes to check "
+                f"correctness; timings need a GPU, so timing cells show the reference GPU's stored numbers.")
+    else:
+        line = f"Mode: none ({REASON}) -- kernels cannot run here; the chapter shows stored results only."
+    print(line)
+    return line
+
+
+def slug(name: str) -> str:
+    """A folder name for a GPU: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _git_commit() -> str:
+    if os.environ.get("BOOK_COMMIT"):
+        return os.environ["BOOK_COMMIT"]
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def current_clocks() -> dict:
+    """SM and memory clocks (MHz) as nvidia-smi reads them now; empty where it cannot."""
+    query = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout.splitlines()[0]
+        sm, mem, max_sm, max_mem = (int(float(v)) for v in out.split(","))
+        return {"sm_clock_mhz": sm, "mem_clock_mhz": mem, "max_sm_clock_mhz": max_sm,
+                "max_mem_clock_mhz": max_mem}
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+
+
+@lru_cache(maxsize=None)
+def properties() -> dict:
+    """The static properties of GPU 0 that the book's models use (CuPy runtime queries)."""
+    if MODE != GPU:
+        raise RuntimeError("device properties need a GPU; this run uses the CUDA simulator")
+    import cupy
+    rt = cupy.cuda.runtime
+    p = rt.getDeviceProperties(0)
+    attr = lambda code: rt.deviceGetAttribute(code, 0)  # noqa: E731
+    # CUDA 13 dropped the clock fields from cudaDeviceProp; the attributes remain
+    # (13 = cudaDevAttrClockRate, 36 = MemoryClockRate, 37 = GlobalMemoryBusWidth; kHz and bits).
+    return {
+        "name": p["name"].decode() if isinstance(p["name"], bytes) else p["name"],
+        "cc": f"{p['major']}{p['minor']}",
+        "sms": p["multiProcessorCount"],
+        "max_sm_clock_mhz": attr(13) / 1000,
+        "mem_clock_mhz": attr(36) / 1000,
+        "bus_width_bits": attr(37),
+        "l2_bytes": p["l2CacheSize"],
+        "smem_per_sm_bytes": p["sharedMemPerMultiprocessor"],
+        "smem_per_block_optin_bytes": p["sharedMemPerBlockOptin"],
+        "regs_per_sm": p["regsPerMultiprocessor"],
+        "max_threads_per_sm": p["maxThreadsPerMultiProcessor"],
+        "warp_size": p["warpSize"],
+        "global_mem_bytes": p["totalGlobalMem"],
+    }
+
+
+def environment() -> dict:
+    """What a results row records: GPU, driver, CUDA, clocks, commit and date."""
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "commit": _git_commit(), "mode": MODE}
+    if MODE != GPU:
+        return env | {"gpu": "CUDA simulator", "gpu_slug": "simulator", "cc": "", "sms": 0,
+                      "driver": "", "cuda_runtime": ""}
+    import cupy
+    rt = cupy.cuda.runtime
+    props = properties()
+    drv = rt.driverGetVersion()
+    run = rt.runtimeGetVersion()
+    env |= {"gpu": props["name"], "gpu_slug": slug(props["name"]), "cc": props["cc"], "sms": props["sms"],
+            "driver": _driver_version() or f"{drv // 1000}.{drv % 1000 // 10}",
+            "cuda_runtime": f"{run // 1000}.{run % 1000 // 10}"}
+    return env | current_clocks()
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return ""

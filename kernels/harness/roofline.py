@@ -1,0 +1,72 @@
+"""The two-number floor and the roofline plot.
+
+A kernel must do ``flops`` operations and move at least ``bytes_moved`` bytes through DRAM; over the
+measured FP32 rate and copy bandwidth these give two times, and the larger is the floor no version
+can beat by much.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Floor:
+    compute_ms: float
+    memory_ms: float
+
+    @property
+    def floor_ms(self) -> float:
+        return max(self.compute_ms, self.memory_ms)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_ms >= self.compute_ms else "compute"
+
+    def __str__(self) -> str:
+        return (f"compute {self.compute_ms:.4g} ms, memory {self.memory_ms:.4g} ms -> "
+                f"floor {self.floor_ms:.4g} ms ({self.bound}-bound)")
+
+
+def floor(flops: float, bytes_moved: float, *, gflops: float, gbps: float) -> Floor:
+    """The floor of a kernel at ``gflops`` GFLOP/s and ``gbps`` GB/s."""
+    if flops < 0 or bytes_moved < 0:
+        raise ValueError(f"flops and bytes must be >= 0, got {flops} and {bytes_moved}")
+    if gflops <= 0 or gbps <= 0:
+        raise ValueError(f"ceilings must be positive, got {gflops} GFLOP/s and {gbps} GB/s")
+    return Floor(compute_ms=flops / (gflops * 1e9) * 1e3, memory_ms=bytes_moved / (gbps * 1e9) * 1e3)
+
+
+def attainable(intensity: float, *, gflops: float, gbps: float) -> float:
+    """The roofline: GFLOP/s attainable at ``intensity`` FLOP/byte."""
+    if intensity <= 0:
+        raise ValueError(f"intensity must be positive, got {intensity}")
+    return min(gflops, intensity * gbps)
+
+
+def plot(*, gflops: float, gbps: float, points: dict | None = None, roofs: dict | None = None, ax=None,
+         title: str = "Roofline"):
+    """Log-log roofline: the DRAM slope, the FP32 roof, extra ``roofs`` {label: GFLOP/s or (GB/s, 'bw')},
+    and ``points`` {label: (FLOP/byte, GFLOP/s)}."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    ridge = gflops / gbps
+    x = np.logspace(np.log10(ridge) - 3, np.log10(ridge) + 2, 200)
+    ax.loglog(x, np.minimum(gflops, x * gbps), "k-", lw=2,
+              label=f"DRAM {gbps / 1e3:.2f} TB/s, FP32 {gflops / 1e3:.1f} TFLOP/s")
+    for label, value in (roofs or {}).items():
+        if isinstance(value, tuple):  # a bandwidth slope (GB/s, "bw")
+            ax.loglog(x, np.minimum(gflops, x * value[0]), "--", label=label)
+        else:
+            ax.axhline(value, ls="--", lw=1, label=label)
+    for label, (intensity, rate) in (points or {}).items():
+        ax.loglog([intensity], [rate], "o")
+        ax.annotate(label, (intensity, rate), textcoords="offset points", xytext=(5, -12), fontsize=8)
+    ax.axvline(ridge, color="grey", lw=0.5)
+    ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, which="both", alpha=0.3)
+    return ax

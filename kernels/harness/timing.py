@@ -1,0 +1,110 @@
+"""Time GPU work with CUDA events: warm up, repeat, report the median and the spread.
+
+Each repetition is bracketed by its own pair of events recorded on the default stream, which both
+CuPy and Numba launches use. A Numba launch costs tens of microseconds of Python; for a short
+kernel the GPU would sit idle between launches, and an event pair would time the host's latency.
+So a one-thread kernel first holds the GPU busy while the host enqueues every repetition; then
+they run back to back. Work between repetitions (an L2 flush) stays outside the events.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import device
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-launch times in milliseconds."""
+    times_ms: tuple
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.times_ms))
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median: 0.02 means the middle half lies within 2%."""
+        q1, q3 = np.percentile(self.times_ms, [25, 75])
+        return float((q3 - q1) / self.median_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return float(min(self.times_ms))
+
+    def __str__(self) -> str:
+        return f"{self.median_ms:.4f} ms (median of {len(self.times_ms)}, IQR {100 * self.spread:.1f}%)"
+
+
+class L2Flush:
+    """Overwrite a buffer twice the size of L2 so the next launch starts with a cold cache."""
+
+    def __init__(self):
+        import cupy
+        size = 2 * device.properties()["l2_bytes"]
+        self._buf = cupy.empty(size // 4, dtype=cupy.float32)
+
+    def __call__(self):
+        self._buf.fill(1.0)
+
+
+def benchmark(fn: Callable, args: Sequence[tuple] | None = None, *, warmup: int = 5, repeat: int = 50,
+              flush_l2: bool = False) -> Timing:
+    """Time ``fn`` with CUDA events.
+
+    ``fn`` must only enqueue GPU work (no host synchronisation). With ``args``, repetition i calls
+    ``fn(*args[i % len(args)])``: pass several input sets whose total exceeds L2 to time from DRAM
+    without a flush. ``flush_l2=True`` clears L2 before every repetition instead.
+    """
+    if device.MODE != device.GPU:
+        raise RuntimeError("timing needs a GPU; this run uses the CUDA simulator")
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable that launches the kernel, got {type(fn).__name__}")
+    if warmup < 0 or repeat < 1:
+        raise ValueError(f"need warmup >= 0 and repeat >= 1, got warmup={warmup}, repeat={repeat}")
+    if args is not None and len(args) == 0:
+        raise ValueError("args: expected at least one argument tuple")
+    import cupy
+
+    def call(i):
+        if args is None:
+            fn()
+        else:
+            fn(*args[i % len(args)])
+
+    for i in range(warmup):
+        call(i)
+    flush = L2Flush() if flush_l2 else None
+    t0 = time.perf_counter()
+    call(0)
+    enqueue_s = time.perf_counter() - t0
+    cupy.cuda.Device().synchronize()
+    _hold_gpu(min(0.5, 1.5 * repeat * (enqueue_s + 50e-6)))
+    events = []
+    for i in range(repeat):
+        if flush:
+            flush()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        call(i)
+        end.record()
+        events.append((start, end))
+    events[-1][1].synchronize()
+    return Timing(tuple(cupy.cuda.get_elapsed_time(s, e) for s, e in events))
+
+
+def _hold_gpu(seconds: float):
+    from .cuda_cpp import load
+    load("harness/hold_gpu.cu", "hold_gpu")((1,), (1,), (np.uint64(seconds * 1e9),))
+
+
+def rates(t: Timing, *, flops: float = 0.0, bytes_moved: float = 0.0) -> dict:
+    """Achieved GFLOP/s and GB/s from the median time."""
+    if t.median_ms <= 0:
+        raise ValueError("median time must be positive")
+    seconds = t.median_ms * 1e-3
+    return {"ms": t.median_ms, "GFLOP/s": flops / seconds / 1e9, "GB/s": bytes_moved / seconds / 1e9}

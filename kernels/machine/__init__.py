@@ -1,0 +1,1 @@
+"""Kernels that measure the machine's ceilings (chapter "The machine and the method")."""

@@ -1,0 +1,50 @@
+"""The built HTML book (make book): every chapter page exists, shows its figures and no error output."""
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part["chapters"]]
+    return files
+
+
+@pytest.fixture(scope="module")
+def html():
+    if not (HTML / "index.html").exists():
+        if os.environ.get("BOOK_REQUIRE_HTML"):
+            pytest.fail("no built book at _build/html: run `make book` first")
+        pytest.skip("the book is not built (make test builds it first)")
+    return HTML
+
+
+@pytest.mark.parametrize("page", toc_files())
+def test_page_exists_without_error_output(page, html):
+    text = (html / f"{page}.html").read_text()
+    assert "Traceback (most recent call last)" not in text
+    assert not re.search(r'class="[^"]*\bcell_output\b[^"]*"[^>]*>\s*<div class="output traceback', text)
+
+
+@pytest.mark.parametrize("page", [f for f in toc_files() if f.startswith("notebooks/")])
+def test_chapter_shows_its_figures_and_gpu(page, html):
+    text = (html / f"{page}.html").read_text()
+    nb = nbformat.read(ROOT / f"{page}.ipynb", as_version=4)
+    n_figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                    if "image/png" in o.get("data", {}))
+    images = re.findall(r'<img[^>]+src="([^"]+)"', text)
+    local = [src for src in images if not src.startswith(("http", "data:"))]
+    assert len(local) >= n_figures
+    for src in local:
+        assert (html / page).parent.joinpath(src).resolve().exists(), f"broken image {src}"
+    gpu = nb.metadata["lab_run"]["gpu"]
+    assert gpu in text, f"the page should name the GPU of its run ({gpu})"

@@ -1,0 +1,58 @@
+"""Every CUDA C++ source in kernels/ compiles for each target without a GPU; ptxas's report is kept."""
+import csv
+from pathlib import Path
+
+import pytest
+
+from kernels.harness import cuda_cpp
+
+REPORT = Path(__file__).resolve().parents[1] / "build" / "cuda_resources.csv"
+SOURCES = cuda_cpp.all_sources()
+
+
+@pytest.fixture(scope="module")
+def report():
+    rows = []
+    yield rows
+    REPORT.parent.mkdir(exist_ok=True)
+    with REPORT.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["source", "kernel", "arch", "registers", "spill_stores",
+                                               "spill_loads", "stack_bytes", "smem_bytes"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(cuda_cpp.KERNELS)))
+def test_compiles(source, arch, report):
+    compiled = cuda_cpp.compile_cubin(source, arch)
+    assert compiled.cubin[:4] == b"\x7fELF"
+    res = compiled.resources
+    assert res, f"ptxas reported no entry function for {source.name}: {compiled.log}"
+    for r in res:
+        assert 0 < r.registers <= 255
+        report.append({"source": str(source.relative_to(cuda_cpp.KERNELS)), **vars(r)})
+
+
+def test_a_compile_error_is_reported_with_the_log(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }\n')
+    with pytest.raises(RuntimeError, match="undefined_name"):
+        cuda_cpp.compile_cubin(bad, "sm_90")
+
+
+def test_bad_arch_and_missing_file():
+    with pytest.raises(ValueError, match="sm_90"):
+        cuda_cpp.compile_cubin(SOURCES[0], "hopper")
+    with pytest.raises(FileNotFoundError):
+        cuda_cpp.compile_cubin("machine/nope.cu")
+
+
+def test_parse_ptxas_log():
+    log = """ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]"""
+    (r,) = cuda_cpp.parse_ptxas_log(log, "sm_90")
+    assert (r.kernel, r.registers, r.spill_stores, r.spill_loads, r.stack_bytes, r.smem_bytes) == \
+        ("k", 40, 4, 12, 8, 2048)

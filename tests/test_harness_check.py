@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from kernels.harness import check
+
+
+def test_poison_fills_floats_with_nan_and_ints_with_max():
+    f = check.poison(np.zeros(5, np.float32))
+    i = check.poison(np.zeros(3, np.int32))
+    assert np.isnan(f).all()
+    assert (i == np.iinfo(np.int32).max).all()
+
+
+def test_compare_passes_within_tolerance(rng):
+    ref = rng.random((7, 13))
+    out = (ref + 1e-7).astype(np.float32)
+    result = check.compare(out, ref, atol=1e-6, rtol=1e-5, name="x")
+    assert result.ok
+    assert str(result) == "PASS  x: max|err| <= 1e-06, rel <= 1e-05"
+
+
+def test_compare_fails_on_error_and_reports_it(rng):
+    ref = rng.random(100)
+    out = ref.copy()
+    out[17] += 0.5
+    result = check.compare(out, ref, atol=1e-3)
+    assert not result.ok
+    assert result.max_abs == pytest.approx(0.5)
+    assert str(result).startswith("FAIL")
+
+
+def test_compare_fails_on_unwritten_poisoned_elements(rng):
+    ref = rng.random(64)
+    out = check.poison(np.empty(64))
+    out[:63] = ref[:63]
+    result = check.compare(out, ref, atol=1.0)
+    assert not result.ok and result.n_nonfinite == 1
+    assert "NaN" in str(result)
+
+
+def test_compare_rejects_shape_mismatch_and_empty():
+    with pytest.raises(ValueError, match="shape"):
+        check.compare(np.zeros(3), np.zeros(4), atol=0)
+    with pytest.raises(ValueError, match="empty"):
+        check.compare(np.zeros(0), np.zeros(0), atol=0)
+
+
+def test_to_host_rejects_non_arrays():
+    with pytest.raises(TypeError, match="NumPy, CuPy or Numba"):
+        check.to_host([1, 2, 3])
+
+
+def test_require_array_names_what_was_expected():
+    a = np.zeros((2, 3, 11, 11), np.float32)
+    assert check.require_array(a, "img", dtype=np.float32, ndim=4) is a
+    with pytest.raises(TypeError, match="expected dtype float32, got float64"):
+        check.require_array(a.astype(np.float64), "img", dtype=np.float32)
+    with pytest.raises(ValueError, match="expected 4 dimensions"):
+        check.require_array(a[0], "img", ndim=4)
+    with pytest.raises(ValueError, match="expected shape"):
+        check.require_array(a, "img", shape=(2, 3, 11, 12))
+    with pytest.raises(ValueError, match="smaller than the minimum"):
+        check.require_array(a, "img", min_shape=(1, 1, 12, 11))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        check.require_array(a[..., ::2], "img")
+    with pytest.raises(ValueError, match="empty"):
+        check.require_array(np.zeros((0, 3)), "img")
+    with pytest.raises(TypeError, match="expected an array"):
+        check.require_array([1.0], "img")

@@ -1,0 +1,56 @@
+import csv
+
+import pytest
+
+from kernels.harness import device, results
+
+ENV = {"date": "2026-11-21T00:00:00Z", "commit": "abc", "gpu": "Test GPU", "gpu_slug": "test-gpu",
+       "driver": "1.0", "cuda_runtime": "13.0", "sm_clock_mhz": 1980, "mem_clock_mhz": 2619}
+
+
+def row(value, metric="GB/s"):
+    return {"kernel": "k", "problem": "p", "metric": metric, "value": value, "unit": "GB/s"}
+
+
+def test_record_appends_with_environment_and_never_overwrites(tmp_path):
+    path = results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
+    results.record("machine", [row(2.0)], env=ENV | {"date": "2026-11-22T00:00:00Z"}, root=tmp_path)
+    assert path == tmp_path / "test-gpu" / "machine.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["value"] for r in rows] == ["1.0", "2.0"]
+    assert rows[0]["gpu"] == "Test GPU" and rows[0]["commit"] == "abc" and rows[0]["driver"] == "1.0"
+    latest = results.latest("machine", "test-gpu", root=tmp_path)
+    assert latest[("k", "p", "GB/s")]["value"] == "2.0"
+
+
+def test_other_gpus_keep_their_own_folder(tmp_path):
+    results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
+    results.record("machine", [row(5.0)], env=ENV | {"gpu_slug": "other"}, root=tmp_path)
+    assert results.gpus(tmp_path) == ["other", "test-gpu"]
+    cmp = results.compare("machine", "other", "test-gpu", root=tmp_path)
+    assert cmp[0]["ratio"] == pytest.approx(5.0)
+
+
+def test_record_rejects_bad_rows(tmp_path):
+    with pytest.raises(ValueError, match="at least one"):
+        results.record("machine", [], env=ENV, root=tmp_path)
+    with pytest.raises(ValueError, match="lacks"):
+        results.record("machine", [{"kernel": "k"}], env=ENV, root=tmp_path)
+    with pytest.raises(ValueError):
+        results.record("machine", [row("fast")], env=ENV, root=tmp_path)
+    with pytest.raises(ValueError, match="identifier"):
+        results.record("my chapter", [row(1.0)], env=ENV, root=tmp_path)
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
+def test_simulated_runs_are_not_recorded(tmp_path):
+    assert results.record("machine", [row(1.0)], root=tmp_path) is None
+    assert not any(tmp_path.iterdir())
+
+
+def test_value_lookup():
+    rows = [row(3.0), row(4.0, metric="ms")]
+    assert results.value(rows, "k", "ms") == 4.0
+    with pytest.raises(KeyError, match="metric='GFLOP/s'"):
+        results.value(rows, "k", "GFLOP/s")

@@ -1,0 +1,33 @@
+"""Every chapter notebook executes on this machine with profile "ci" (papermill, into a temporary folder)."""
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_with_ci_profile(notebook, tmp_path):
+    import papermill
+    out = tmp_path / notebook.name
+    papermill.execute_notebook(str(notebook), str(out), parameters={"profile": "ci"}, cwd=str(notebook.parent),
+                               kernel_name="python3", progress_bar=False)
+    executed = nbformat.read(out, as_version=4)
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_structure(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and "profile" in params[0].source, "one parameters cell holding `profile`"
+    assert any("device.announce(profile)" in c.source for c in code), "the mode line comes from the harness"
+    assert any("nbval-check-output" in c.metadata.get("tags", []) for c in code), "some outputs must be checked"
+    assert any(c.get("outputs") for c in code), "committed with the outputs of a GPU run"
+    assert "lab_run" in nb.metadata and nb.metadata["lab_run"].get("gpu"), "metadata names the GPU of the run"
+    assert any("{exercise}" in c.source for c in nb.cells if c.cell_type == "markdown"), "exercises at the end"
