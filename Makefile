@@ -34,7 +34,7 @@ book: $(SETUP)
 
 test: $(SETUP) book
 	NUMBA_ENABLE_CUDASIM=1 BOOK_REQUIRE_HTML=1 $(PYTHON) -m pytest -q -ra tests notebooks \
-	  --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
+	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 gpu-test: $(SETUP)
 	BOOK_MODE=gpu $(PYTHON) -m pytest -q -ra -m gpu tests

@@ -55,6 +55,8 @@ def _select() -> tuple[str, str]:
         # CuPy arrays passed to Numba kernels would otherwise trigger a host-side stream sync on
         # every launch, which puts launch latency inside the timed region. We use one stream.
         os.environ.setdefault("NUMBA_CUDA_ARRAY_INTERFACE_SYNC", "0")
+        # Small grids are deliberate in correctness checks; the warning would differ between modes.
+        os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     return mode, reason
 
 
