@@ -12,13 +12,16 @@ BOOK_HTML := _build/html
 CHAPTER ?=
 UPDATE ?= 0
 
-.PHONY: help book test gpu-test rerun clean
+CHAPTERS = $(shell ls notebooks/*.ipynb | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
+
+.PHONY: help book test gpu-test rerun rerun-all clean
 
 help:
 	@echo "make book                 build the HTML book from the notebooks' stored outputs"
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
 	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
 	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook)"
+	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
@@ -42,6 +45,9 @@ gpu-test: $(SETUP)
 rerun: $(SETUP)
 	@test -n "$(CHAPTER)" || (echo "usage: make rerun CHAPTER=<name>, e.g. CHAPTER=machine" && exit 2)
 	BOOK_MODE=gpu $(PYTHON) scripts/rerun.py $(CHAPTER) $(if $(filter 1,$(UPDATE)),--update,)
+
+rerun-all: $(SETUP)
+	@for c in $(CHAPTERS); do $(MAKE) --no-print-directory rerun CHAPTER=$$c || exit 1; done
 
 clean:
 	rm -rf _build build

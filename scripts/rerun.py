@@ -23,7 +23,7 @@ def chapter_notebooks(chapter: str) -> list[Path]:
     found = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
              if re.sub(r"^\d+[a-z]?_", "", p.stem).startswith(chapter)]
     if not found:
-        names = sorted({re.sub(r"^\d+[a-z]?_", "", p.stem).split("_")[0] for p in (ROOT / "notebooks").glob("*.ipynb")})
+        names = sorted(re.sub(r"^\d+[a-z]?_", "", p.stem) for p in (ROOT / "notebooks").glob("*.ipynb"))
         raise SystemExit(f"no notebook for chapter {chapter!r}; chapters: {', '.join(names)}")
     return found
 
@@ -42,7 +42,8 @@ def main() -> int:
 
     env = device.environment()
     mine, reference = env["gpu_slug"], results.REFERENCE_GPU
-    before = results.latest(args.chapter, reference)  # the reference as committed, before this run appends
+    # The reference as committed, before this run appends (when this GPU is the reference GPU).
+    before = {p.stem: results.latest(p.stem, reference) for p in (results.RESULTS / reference).glob("*.csv")}
     out_dir = ROOT / "build" / "rerun" / mine
     out_dir.mkdir(parents=True, exist_ok=True)
     for nb in notebooks:
@@ -55,18 +56,18 @@ def main() -> int:
                                         ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",
                                          "max_sm_clock_mhz", "max_mem_clock_mhz")}
         nbformat.write(executed, target)
-    after = results.latest(args.chapter, mine)
-    print(f"\n{args.chapter}: this run on {env['gpu']} vs reference {reference} (as committed)")
-    print(f"{'kernel':<16} {'problem':<26} {'metric':<28} {'this GPU':>12} {'reference':>12} {'ratio':>7}")
-    for key in sorted(after):
-        row = after[key]
-        if row["commit"] != env["commit"] or row["date"] < env["date"]:
-            continue  # only what this run measured
-        ours = float(row["value"])
-        ref = float(before[key]["value"]) if key in before else None
-        ratio = f"{ours / ref:7.3f}" if ref else "      -"
-        ref_s = f"{ref:12.4g}" if ref is not None else f"{'-':>12}"
-        print(f"{key[0]:<16.16} {key[1]:<26.26} {key[2]:<28.28} {ours:12.4g} {ref_s} {ratio}")
+    print(f"\nThis run on {env['gpu']} vs the reference GPU {reference} (as committed)")
+    print(f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} {'ratio':>6}")
+    for path in sorted((results.RESULTS / mine).glob("*.csv")):
+        ref = before.get(path.stem, {})
+        for key, row in sorted(results.latest(path.stem, mine).items()):
+            if row["date"] < env["date"]:
+                continue  # only what this run measured
+            ours = float(row["value"])
+            theirs = float(ref[key]["value"]) if key in ref else None
+            ratio = f"{ours / theirs:6.3f}" if theirs else f"{'-':>6}"
+            theirs_s = f"{theirs:11.4g}" if theirs is not None else f"{'-':>11}"
+            print(f"{path.stem:<10.10} {key[0]:<18.18} {key[1]:<24.24} {key[2]:<22.22} {ours:11.4g} {theirs_s} {ratio}")
     return 0
 
 
