@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -90,12 +91,20 @@ def source_path(path: str | Path) -> Path:
 def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) -> Compiled:
     """Compile one .cu file with NVRTC for ``arch``; raise with the compiler's log on error.
 
-    The file's own folder is on the include path, so a chapter's shared header is found."""
+    The file's own folder is on the include path, so a chapter's shared header is found.
+    Each (source text, arch, options) is compiled once per process: NVRTC 13 answers a repeated,
+    identical compile from its own cache with the same cubin but an empty log (no ptxas report)."""
     if not re.fullmatch(r"sm_\d+a?", arch):
         raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
-    from cuda.bindings import nvrtc
     src = source_path(path)
-    err, prog = nvrtc.nvrtcCreateProgram(src.read_bytes(), src.name.encode(), 0, [], [])
+    return _compile(str(src), src.read_bytes(), arch, tuple(options))
+
+
+@lru_cache(maxsize=None)
+def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
+    from cuda.bindings import nvrtc
+    src = Path(path)
+    err, prog = nvrtc.nvrtcCreateProgram(source, src.name.encode(), 0, [], [])
     _nvrtc_ok(err, "create")
     opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *options, f"-I{src.parent}",
             *(f"-I{d}" for d in include_dirs())]
@@ -124,11 +133,18 @@ def all_sources() -> list[Path]:
 
 
 @lru_cache(maxsize=None)
-def load(path: str | Path, name: str, options: tuple = ()):
-    """A CuPy RawKernel-like function for kernel ``name`` in a .cu file (needs a GPU); compiled once."""
+def load(path: str | Path, name: str, options: tuple = (), arch: str | None = None):
+    """A CuPy RawKernel-like function for kernel ``name`` in a .cu file (needs a GPU); compiled once.
+
+    ``arch`` (e.g. "sm_90a") builds for that exact target with ``compile_cubin`` instead of CuPy's
+    choice (the device's plain sm_XX), for target-specific instructions such as Hopper's wgmma."""
     if device.MODE != device.GPU:
         raise RuntimeError(f"running {Path(path).name} needs a GPU; in the simulator it is compiled only")
     import cupy
+    if arch is not None:
+        cubin = Path(tempfile.mkdtemp(prefix="cubin-")) / f"{Path(path).stem}_{arch}.cubin"
+        cubin.write_bytes(compile_cubin(path, arch, options).cubin)
+        return cupy.RawModule(path=str(cubin)).get_function(name)
     src = source_path(path)
     opts = (*STD_OPTIONS, *options, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs()))
     return cupy.RawModule(code=src.read_text(), options=opts).get_function(name)

@@ -1,0 +1,101 @@
+"""The CUDA C++ stages as Stage objects: compile-time tile sizes go in as -D options, and one launch
+convention serves every .cu file: kernel(x, f, y, n, h, w, c, k) on NHWC tensors. SPLIT-K's SPLIT
+is not a compile-time constant but the grid's z extent.
+
+Compiled (NVRTC) on any machine; launched through CuPy on a GPU only.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ..harness import cuda_cpp
+from .common import Stage
+
+FILES = {
+    "VECTORIZE & UNROLL": ("conv/s5_vectorize_unroll.cu", "conv_vectorize_unroll"),
+    "REGISTER TILING": ("conv/s6_register_tiling.cu", "conv_register_tiling"),
+    "DOUBLE BUFFER": ("conv/s7_double_buffer.cu", "conv_double_buffer"),
+    "SPLIT-K": ("conv/s8_split_k.cu", "conv_split_k"),
+}
+DEFAULTS = {
+    "VECTORIZE & UNROLL": dict(BY=8, BN=32, TM=8, BKC=16),
+    "REGISTER TILING": dict(BM=128, BN=64, BKC=8),
+    "DOUBLE BUFFER": dict(BM=128, BN=64, BKC=8),
+    "SPLIT-K": dict(BM=128, BN=64, BKC=8, SPLIT=3),
+}
+RUNTIME_KEYS = ("SPLIT",)   # tile keys that change the launch, not the compiled code
+
+
+def options(tile: dict) -> tuple:
+    return tuple(f"-D{key}={value}" for key, value in sorted(tile.items()) if key not in RUNTIME_KEYS)
+
+
+def geometry(name: str, tile: dict, pixels: int, k: int) -> tuple[tuple, tuple]:
+    """(grid, block) for ``pixels`` x ``k`` outputs: blocks tile pixels in x and output channels in y."""
+    if name == "VECTORIZE & UNROLL":
+        bm, bn = tile["BY"] * tile["TM"], tile["BN"]
+        block = (tile["BN"], tile["BY"], 1)
+    else:  # 8 x 8 outputs per thread
+        bm, bn = tile["BM"], tile["BN"]
+        block = (bn // 8, bm // 8, 1)
+    return ((pixels + bm - 1) // bm, (k + bn - 1) // bn, tile.get("SPLIT", 1)), block
+
+
+def check_tile(name: str, tile: dict) -> None:
+    """Reject tile sizes the kernel's static layout cannot hold, before the compiler does."""
+    if name not in FILES:
+        raise ValueError(f"unknown CUDA C++ stage {name!r}; known: {sorted(FILES)}")
+    if set(tile) != set(DEFAULTS[name]):
+        raise ValueError(f"{name}: tile must set exactly {sorted(DEFAULTS[name])}, got {sorted(tile)}")
+    if any(not isinstance(v, int) or v < 1 for v in tile.values()):
+        raise ValueError(f"{name}: tile sizes must be positive integers, got {tile}")
+    if tile.get("SPLIT", 1) > 64:
+        raise ValueError(f"{name}: SPLIT must be at most 64 (the grid's z extent), got {tile['SPLIT']}")
+    if tile["BKC"] % 4 or tile["BN"] % (4 if name == "VECTORIZE & UNROLL" else 16):
+        raise ValueError(f"{name}: BKC must be a multiple of 4 and BN of "
+                         f"{4 if name == 'VECTORIZE & UNROLL' else 16}, got {tile}")
+    if name == "VECTORIZE & UNROLL":
+        threads = tile["BY"] * tile["BN"]
+        if tile["TM"] % 4:
+            raise ValueError(f"{name}: TM must be a multiple of 4, got {tile['TM']}")
+    else:
+        if tile["BM"] % 16:
+            raise ValueError(f"{name}: BM must be a multiple of 16, got {tile['BM']}")
+        threads = tile["BM"] // 8 * tile["BN"] // 8
+    if not 32 <= threads <= 1024:
+        raise ValueError(f"{name}: {threads} threads per block; the tile must give 32 to 1024")
+
+
+@lru_cache(maxsize=None)
+def _kernel(name: str, opts: tuple):
+    path, kernel = FILES[name]
+    return cuda_cpp.load(path, kernel, options=opts)
+
+
+def compile_info(name: str, tile: dict | None = None, arch: str = "sm_90"):
+    """ptxas's report (registers, spills, shared memory) for one stage and tile, without a GPU."""
+    tile = tile or DEFAULTS[name]
+    check_tile(name, tile)
+    return cuda_cpp.compile_cubin(FILES[name][0], arch, options(tile))
+
+
+def stage(name: str, tile: dict | None = None) -> Stage:
+    tile = dict(tile or DEFAULTS[name])
+    check_tile(name, tile)
+    opts = options(tile)
+
+    def launch(x, f, y, p):
+        grid, block = geometry(name, tile, p.pixels, p.k)
+        if grid[2] > 1:
+            y.fill(0)   # the slices add into y
+        _kernel(name, opts)(grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))))
+
+    return Stage(name, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options=tile)
+
+
+S5 = stage("VECTORIZE & UNROLL")
+S6 = stage("REGISTER TILING")
+S7 = stage("DOUBLE BUFFER")
+S8 = stage("SPLIT-K")

@@ -1,0 +1,146 @@
+"""The performance model applied to the convolution stages: SASS instruction counts times loop trips,
+weights from instruction rates measured on this GPU, occupancy from the launch, and predictions.
+
+SASS comes from the same compilers the GPU uses: NVRTC for the CUDA C++ stages (works on any
+machine) and Numba's PTX through ptxas for the Numba stages (needs real ``numba.cuda``, so not in
+the simulator). ``harness.sass`` turns a cubin into text (nvdisasm or cuobjdump).
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..harness import cuda_cpp, device, perfmodel, sass
+from . import cuda_stages
+from .common import Problem
+
+ARCH = "sm_90"
+NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_kernel(**GPU_TILE))
+    "NAIVE": ("s1_naive", "conv_naive"),
+    "COALESCING": ("s2_coalescing", "conv_coalescing"),
+    "BLOCK TILING": ("s3_block_tiling", "conv_block_tiling"),
+    "SHARED": ("s4_shared", None),
+}
+
+
+def _ptxas() -> str:
+    """ptxas from PATH, CUDA_HOME or the nvidia pip wheels (Numba's PTX -> cubin)."""
+    candidates = [shutil.which("ptxas"), Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")]
+    try:
+        import nvidia
+        for base in map(Path, nvidia.__path__):
+            candidates += sorted(base.glob("*/bin/ptxas"))
+    except ImportError:
+        pass
+    for c in candidates:
+        if c and Path(c).is_file():
+            return str(c)
+    raise FileNotFoundError("ptxas not found on PATH, in $CUDA_HOME/bin or in the nvidia pip wheels")
+
+
+def numba_cubin(stage: str, arch: str = ARCH) -> tuple[bytes, str]:
+    """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` outside the simulator."""
+    if device.MODE == device.SIM:
+        raise RuntimeError("Numba's PTX needs the real numba.cuda; the simulator cannot compile kernels")
+    import importlib
+    from numba import cuda
+    module_name, attr = NUMBA_KERNELS[stage]
+    module = importlib.import_module(f"kernels.conv.{module_name}")
+    kernel = getattr(module, attr) if attr else module.make_kernel(**module.GPU_TILE)
+    y = "float32[:,::1]" if stage == "SHARED" else "float32[:,:,:,::1]"
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    ptx, _ = cuda.compile_ptx(kernel.py_func, f"(float32[:,:,:,::1], float32[:,:,:,::1], {y})", cc=cc)
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "k.ptx").write_text(ptx)
+        out = subprocess.run([_ptxas(), f"-arch={arch}", "-v", "-o", f"{d}/k.cubin", f"{d}/k.ptx"],
+                             capture_output=True, text=True, check=True)
+        return Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
+
+
+def compiled(stage: str, tile: dict | None = None, arch: str = ARCH) -> tuple[str, cuda_cpp.Resources]:
+    """(SASS text, registers/shared memory) of one stage."""
+    if stage in NUMBA_KERNELS:
+        cubin, log = numba_cubin(stage, arch)
+        resources = cuda_cpp.parse_ptxas_log(log, arch)
+    else:
+        c = cuda_stages.compile_info(stage, tile, arch)
+        cubin, resources = c.cubin, c.resources
+    if len(resources) != 1:
+        raise RuntimeError(f"expected one kernel in the cubin of {stage}, found {len(resources)}")
+    return sass.disassemble_text(cubin), resources[0]
+
+
+def launch_shape(stage: str, p: Problem, tile: dict | None = None) -> tuple[int, int]:
+    """(blocks, threads per block) of a stage's launch on problem ``p``."""
+    if stage in ("NAIVE", "COALESCING"):
+        return math.ceil(p.pixels * p.k / 256), 256
+    if stage == "BLOCK TILING":
+        return math.ceil(p.n * p.h * math.ceil(p.w / 4) * p.k / 256), 256
+    if stage == "SHARED":
+        t = tile or {"by": 8, "bn": 32, "tm": 8, "bkc": 16}
+        return math.ceil(p.pixels / (t["by"] * t["tm"])) * math.ceil(p.k / t["bn"]), t["by"] * t["bn"]
+    name = "SPLIT-K" if stage == "AUTOTUNE" else stage
+    grid, block = cuda_stages.geometry(name, tile or cuda_stages.DEFAULTS[name], p.pixels, p.k)
+    return grid[0] * grid[1] * grid[2], block[0] * block[1]
+
+
+def trips(stage: str, p: Problem, tile: dict | None, n_loops: int) -> list[float] | None:
+    """Loop trip counts per entry, outermost first, for the loop structure the SASS shows; None when
+    the compiled loops are not the ones the source suggests (then use ncu counts instead). SHARED is
+    such a case: LLVM versions its strided copy loops, so which copy runs how often is not static."""
+    if stage in ("NAIVE", "COALESCING") and n_loops == 1:
+        return [p.c]                              # the c loop; r and s are unrolled
+    if stage == "BLOCK TILING" and n_loops == 2:
+        return [p.c, 3]                           # c, then r; s and the TP pixels are unrolled
+    if stage in cuda_stages.FILES or stage == "AUTOTUNE":
+        name = "SPLIT-K" if stage == "AUTOTUNE" else stage
+        tile = tile or cuda_stages.DEFAULTS[name]
+        chunks = math.ceil(p.c / tile["BKC"])
+        if n_loops == 2:
+            return [9, chunks]                    # taps, channel chunks
+        if n_loops == 1:
+            return [9 * chunks / tile.get("SPLIT", 1)]   # one flattened step loop (per slice, on average)
+    return None
+
+
+def sass_counts(stage: str, p: Problem, tile: dict | None = None, sass: str | None = None) -> perfmodel.Counts | None:
+    """Warp instructions the whole launch executes, from the SASS; None if the loops are not understood."""
+    sass = sass if sass is not None else compiled("SPLIT-K" if stage == "AUTOTUNE" else stage, tile)[0]
+    instructions = perfmodel.parse_sass(sass)
+    t = trips(stage, p, tile, len(perfmodel.find_loops(instructions)))
+    if t is None:
+        return None
+    blocks, threads = launch_shape(stage, p, tile)
+    return perfmodel.sass_counts(instructions, t).scaled(blocks * math.ceil(threads / 32))
+
+
+def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
+              props: dict | None = None) -> float:
+    props = props or device.properties()
+    blocks, threads = launch_shape(stage, p, tile)
+    resident = perfmodel.blocks_per_sm(threads, max(resources.registers, 1), resources.smem_bytes,
+                                       max_threads=props["max_threads_per_sm"], regs_per_sm=props["regs_per_sm"],
+                                       smem_per_sm=props["smem_per_sm_bytes"])
+    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), max(resident, 1))
+
+
+def measure_rates(repeat: int = 20) -> dict:
+    """Instruction rates on this GPU in warp instructions per second: FP32 (FFMA), integer ALU, LDS."""
+    import cupy
+    from ..harness import ceilings, timing
+    sms = device.properties()["sms"]
+    blocks, threads, iters = sms * 8, 256, 4096
+    out = cupy.empty(blocks * threads, dtype=cupy.int32)
+    iadd = cuda_cpp.load("conv/rates.cu", "iadd_rate")
+    t = timing.benchmark(lambda: iadd((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(3), cupy.int32(5))),
+                         repeat=repeat)
+    other = blocks * threads / 32 * iters * 8 * 2 / (t.median_ms * 1e-3)      # (add, xor) x 8 chains
+    lds = cuda_cpp.load("conv/rates.cu", "lds_rate")
+    t = timing.benchmark(lambda: lds((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(32))), repeat=repeat)
+    ldst = blocks * threads / 32 * iters * 8 / (t.median_ms * 1e-3)
+    fp32 = ceilings.measure_fma() * 1e9 / 2 / 32                                 # FLOP/s -> FFMA warp instr/s
+    return {"fp32": fp32, "ldst": ldst, "other": other}

@@ -1,0 +1,53 @@
+"""AUTOTUNE: the SPLIT-K kernel with its tile sizes and reduction slices chosen per problem by timing.
+
+Large tiles reuse each loaded value more (fewer loads per FMA) but make fewer blocks: conv2 has
+only 3136 pixels, so 128 x 64 tiles give 200 blocks for 132 SMs, and splitting the reduction buys
+blocks back at the price of atomics. The best trade-off depends on the problem and the GPU, so we
+measure instead of guessing (the source's suggested next step). SPLIT = 1 is DOUBLE BUFFER.
+"""
+from __future__ import annotations
+
+import math
+from itertools import product
+
+from ..harness import timing
+from . import cuda_stages
+from .common import Problem, launcher
+
+NAME = "SPLIT-K"
+KEYS = ("BM", "BN", "BKC", "SPLIT")
+
+
+def candidates(p: Problem, sms: int = 132) -> list[dict]:
+    """Tiles worth trying on ``p``: 64 to 256 threads, no block wider than the channels it covers;
+    reduction slices only while the output tiles alone give fewer than four blocks per SM."""
+    out = []
+    for bm, bn, bkc in product((32, 64, 128, 256), (32, 64, 128), (8, 16)):
+        threads = bm // 8 * bn // 8
+        if not (64 <= threads <= 256 and bn <= max(32, p.k)):
+            continue
+        blocks = math.ceil(p.pixels / bm) * math.ceil(p.k / bn)
+        for split in (1, 2, 3, 4, 6):
+            if split == 1 or blocks < 4 * sms:
+                out.append(dict(BM=bm, BN=bn, BKC=bkc, SPLIT=split))
+    return out
+
+
+def tune(x, f, y, p: Problem, tiles: list[dict] | None = None, repeat: int = 10) -> tuple[dict, list[dict]]:
+    """Time every candidate tile on (x, f, y); return the fastest tile and one row per candidate."""
+    rows = []
+    for tile in tiles or candidates(p):
+        run = launcher(cuda_stages.stage(NAME, tile), x, f, y)
+        t = timing.benchmark(run, warmup=2, repeat=repeat)
+        rows.append({**tile, "ms": t.median_ms, "GFLOP/s": p.flops / (t.median_ms * 1e-3) / 1e9})
+    if not rows:
+        raise ValueError(f"no candidate tiles for problem {p}")
+    best = min(rows, key=lambda r: r["ms"])
+    return {k: best[k] for k in KEYS}, rows
+
+
+def stage(tile: dict):
+    """The tuned stage: SPLIT-K compiled with ``tile``, under its own name."""
+    s = cuda_stages.stage(NAME, tile)
+    return type(s)("AUTOTUNE", s.layout, s.launch, c_multiple=s.c_multiple, k_multiple=s.k_multiple,
+                   needs_gpu=True, options=tile)

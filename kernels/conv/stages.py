@@ -1,0 +1,29 @@
+"""All stages in order, as the notebook, the tests and scripts/conv_counts.py list them."""
+from __future__ import annotations
+
+from . import cuda_stages, s0_seq, s1_naive, s2_coalescing, s3_block_tiling, s4_shared
+from .common import Stage
+
+GPU_STAGES = ("NAIVE", "COALESCING", "BLOCK TILING", "SHARED", "VECTORIZE & UNROLL", "REGISTER TILING",
+              "DOUBLE BUFFER", "SPLIT-K")
+FILES = {"SEQ": "conv/s0_seq.py", "NAIVE": "conv/s1_naive.py", "COALESCING": "conv/s2_coalescing.py",
+         "BLOCK TILING": "conv/s3_block_tiling.py", "SHARED": "conv/s4_shared.py",
+         **{name: path for name, (path, _) in cuda_stages.FILES.items()}, "AUTOTUNE": "conv/s9_autotune.py"}
+
+
+def all_gpu() -> list[Stage]:
+    """The GPU stages with their full-size tiles (Numba ones also run in the simulator)."""
+    return [s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, s4_shared.STAGE,
+            cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8]
+
+
+def simulator() -> list[Stage]:
+    """The stages the CUDA simulator can run, with tiles small enough for it (SEQ runs on the CPU)."""
+    return [s0_seq.STAGE, s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE,
+            s4_shared.stage(**s4_shared.SIM_TILE)]
+
+
+def tile_of(name: str) -> dict | None:
+    if name == "SHARED":
+        return dict(s4_shared.GPU_TILE)
+    return dict(cuda_stages.DEFAULTS[name]) if name in cuda_stages.DEFAULTS else None

@@ -1,0 +1,248 @@
+"""The instruction-efficiency performance model (Konstantinidis & Cotronis 2017, as DIGEST 002 uses it).
+
+A compute-bound kernel runs at the FP32 peak times its instruction efficiency
+
+    E = N_fp32 * W_c / (N_fp32 * W_c + N_ldst * W_ldst + N_other * W_other),   W_c = 1,
+
+where the weights say how many FP32 instructions fit in the issue time of one instruction of each
+class (W = FP32 rate / that class's rate, both measured on the same GPU), times an occupancy ratio
+for problems too small to keep every SM's schedulers busy. Counts come either from the SASS
+(static counts times loop trip counts, ``sass_counts``) or from Nsight Compute (``read_ncu_csv``).
+Everything here is arithmetic and text parsing: it runs, and is tested, without a GPU.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass
+
+from . import sass
+
+# Nsight Compute metrics the model reads: all warp instructions, FP32 and memory thread instructions.
+NCU_METRICS = ("smsp__inst_executed.sum",
+               "smsp__sass_thread_inst_executed_op_fp32_pred_on.sum",
+               "smsp__sass_thread_inst_executed_op_memory_pred_on.sum")
+
+FP32_OPS = {"FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSET", "FSETP", "FCHK", "FSWZADD", "FFMA32I",
+            "FADD32I", "FMUL32I"}
+LDST_OPS = {"LD", "LDG", "LDS", "LDL", "LDC", "LDSM", "LDGSTS", "ST", "STG", "STS", "STL", "ATOM", "ATOMS",
+            "ATOMG", "RED", "LDGDEPBAR"}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Executed warp instructions by class (any consistent scope: per thread, per warp, whole kernel)."""
+    fp32: float
+    ldst: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.fp32 + self.ldst + self.other
+
+    def scaled(self, factor: float) -> "Counts":
+        return Counts(self.fp32 * factor, self.ldst * factor, self.other * factor)
+
+
+@dataclass(frozen=True)
+class Weights:
+    compute: float
+    ldst: float
+    other: float
+
+
+def weights(fp32_rate: float, ldst_rate: float, other_rate: float) -> Weights:
+    """Weights from measured instruction rates (instructions per second, any common scale)."""
+    for name, v in (("fp32_rate", fp32_rate), ("ldst_rate", ldst_rate), ("other_rate", other_rate)):
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v}")
+    return Weights(1.0, fp32_rate / ldst_rate, fp32_rate / other_rate)
+
+
+def efficiency(counts: Counts, w: Weights) -> float:
+    """Instruction efficiency E in [0, 1]."""
+    if min(counts.fp32, counts.ldst, counts.other) < 0:
+        raise ValueError(f"instruction counts must be >= 0, got {counts}")
+    denominator = counts.fp32 * w.compute + counts.ldst * w.ldst + counts.other * w.other
+    if denominator <= 0:
+        raise ValueError("no instructions counted")
+    return counts.fp32 * w.compute / denominator
+
+
+def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads: int = 2048,
+                  regs_per_sm: int = 65536, smem_per_sm: int = 233472, max_blocks: int = 32,
+                  reg_granule: int = 256, smem_reserved: int = 1024) -> int:
+    """Resident blocks per SM allowed by threads, registers (allocated per warp in granules) and
+    shared memory (each block also reserves ``smem_reserved`` bytes; H100 defaults)."""
+    if threads < 1 or registers < 1 or smem_bytes < 0:
+        raise ValueError(f"need threads >= 1, registers >= 1, smem >= 0; got {threads}, {registers}, {smem_bytes}")
+    warps = math.ceil(threads / 32)
+    regs_per_warp = math.ceil(registers * 32 / reg_granule) * reg_granule
+    limits = [max_threads // (warps * 32), regs_per_sm // (regs_per_warp * warps), max_blocks]
+    limits.append(smem_per_sm // (smem_bytes + smem_reserved))
+    return max(0, min(limits))
+
+
+def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks: int,
+                    schedulers: int = 4) -> float:
+    """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
+
+    Two losses multiply. The tail: blocks go out in waves of ``sms * resident_blocks``, and a
+    partial last wave leaves SMs idle, so the busy fraction is blocks / (waves * wave size) -- but
+    a wave smaller than one block per SM is counted per SM (an SM with one block is busy).
+    Too few warps: each of an SM's ``schedulers`` issues only for its own warps, so an SM with fewer
+    resident warps than schedulers runs at warps / schedulers (DIGEST 002's min(active warps, 1)).
+    """
+    if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
+        raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
+    per_sm = min(resident_blocks, math.ceil(blocks / sms))   # blocks an SM holds at a time
+    waves = math.ceil(blocks / (sms * per_sm))
+    tail = blocks / (waves * sms * per_sm)
+    warps = per_sm * warps_per_block
+    return tail * min(1.0, warps / schedulers)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    gflops: float
+    ms: float
+    efficiency: float
+    occupancy: float
+    bound: str
+
+    def __str__(self) -> str:
+        return (f"{self.gflops:,.0f} GFLOP/s ({self.ms:.4g} ms): E = {self.efficiency:.3f}, "
+                f"occupancy ratio = {self.occupancy:.3f}, {self.bound}-bound")
+
+
+def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occupancy: float = 1.0,
+            bytes_moved: float | None = None, bandwidth_gbps: float | None = None) -> Prediction:
+    """Predicted rate: peak x E x occupancy ratio, unless memory (bytes / bandwidth) is slower."""
+    if flops <= 0 or peak_gflops <= 0 or not 0 < occupancy <= 1:
+        raise ValueError(f"need flops > 0, peak > 0 and 0 < occupancy <= 1; got {flops}, {peak_gflops}, {occupancy}")
+    e = efficiency(counts, w)
+    compute_ms = flops / (peak_gflops * e * occupancy * 1e9) * 1e3
+    memory_ms = 0.0
+    if bytes_moved is not None and bandwidth_gbps:
+        memory_ms = bytes_moved / (bandwidth_gbps * 1e9) * 1e3
+    ms = max(compute_ms, memory_ms)
+    return Prediction(flops / (ms * 1e-3) / 1e9, ms, e, occupancy, "memory" if memory_ms > compute_ms else "compute")
+
+
+# --- counts from Nsight Compute -------------------------------------------------------------
+
+def counts_from_ncu(inst_executed: float, fp32_thread: float, memory_thread: float, warp_size: int = 32) -> Counts:
+    """Warp-instruction classes from the three NCU_METRICS (thread counts / 32: full warps assumed)."""
+    fp32, ldst = fp32_thread / warp_size, memory_thread / warp_size
+    if fp32 + ldst > inst_executed * 1.0001:
+        raise ValueError("FP32 + memory instructions exceed all executed instructions: metrics mixed up?")
+    return Counts(fp32, ldst, max(0.0, inst_executed - fp32 - ldst))
+
+
+def read_ncu_csv(text: str) -> dict[str, Counts]:
+    """Counts per kernel name from ``ncu --csv --metrics <NCU_METRICS>`` output (summed over launches).
+
+    Accepts the long format (one row per kernel and metric: "Kernel Name", "Metric Name",
+    "Metric Value"); lines before the header (ncu's ==PROF== messages, program output) are skipped.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
+    if start is None:
+        raise ValueError("no ncu CSV header (a line with \"Metric Name\") found")
+    totals: dict[str, dict[str, float]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        metric = row.get("Metric Name")
+        if metric not in NCU_METRICS:
+            continue
+        value = float(row["Metric Value"].replace(",", ""))
+        kernel = re.sub(r"\(.*", "", row["Kernel Name"]).strip()
+        totals.setdefault(kernel, {}).setdefault(metric, 0.0)
+        totals[kernel][metric] += value
+    out = {}
+    for kernel, m in totals.items():
+        missing = set(NCU_METRICS) - m.keys()
+        if missing:
+            raise ValueError(f"ncu CSV lacks {sorted(missing)} for kernel {kernel}")
+        out[kernel] = counts_from_ncu(*(m[name] for name in NCU_METRICS))
+    return out
+
+
+# --- counts from the SASS -------------------------------------------------------------------
+# Parsing and loop finding are harness.sass's; this part only classifies and multiplies by trips.
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int   # address of the first instruction of the body (the branch target)
+    end: int     # address of the last backward branch to it
+    depth: int   # 0 = outermost
+
+
+def classify(opcode: str) -> str:
+    """'fp32', 'ldst' or 'other' for a SASS opcode, with or without modifiers (FFMA, LDS.128, ...)."""
+    base = opcode.split(".")[0]
+    if base in FP32_OPS:
+        return "fp32"
+    if base in LDST_OPS:
+        return "ldst"
+    return "other"
+
+
+def parse_sass(text: str, kernel: str | None = None) -> list[sass.Instruction]:
+    """Instructions of one kernel (the only one if ``kernel`` is None) from nvdisasm or cuobjdump text.
+
+    Padding after the last EXIT or branch (the NOP tail) is dropped: it never executes.
+    """
+    kernels = sass.parse(text)
+    if kernel is None and len(kernels) != 1:
+        raise ValueError(f"the SASS text holds kernels {sorted(kernels)}: name one")
+    if kernel is not None and kernel not in kernels:
+        raise ValueError(f"no kernel {kernel!r} in the SASS text; it holds {sorted(kernels)}")
+    instructions = kernels[kernel] if kernel else next(iter(kernels.values()))
+    ends = [i for i, ins in enumerate(instructions) if ins.base in ("EXIT", "BRA", "RET")]
+    if not ends:
+        raise ValueError("no SASS instructions (or no EXIT) found in the text")
+    return instructions[:ends[-1] + 1]
+
+
+def find_loops(instructions: list[sass.Instruction]) -> list[Loop]:
+    """Loops as backward branches, outermost first; branches back to one target form one loop.
+    A branch to itself (the trap after EXIT) is not a loop."""
+    ends: dict[int, int] = {}
+    for body in sass.loops(instructions):
+        if len(body) > 1:
+            ends[body[0].address] = max(ends.get(body[0].address, 0), body[-1].address)
+    spans = sorted(ends.items(), key=lambda se: (se[0], -se[1]))
+    return [Loop(start, end, sum(1 for s, e in spans if (s, e) != (start, end) and s <= start and end <= e))
+            for start, end in spans]
+
+
+def static_counts(instructions: list[sass.Instruction], start: int | None = None, end: int | None = None) -> Counts:
+    """Instruction classes over an address range (whole kernel by default), each counted once."""
+    n = {"fp32": 0, "ldst": 0, "other": 0}
+    for ins in instructions:
+        if (start is None or ins.address >= start) and (end is None or ins.address <= end):
+            n[classify(ins.opcode)] += 1
+    return Counts(**n)
+
+
+def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Counts:
+    """Executed instructions per warp: each instruction once, times the trip count of every loop
+    around it. ``trips[i]`` is the iterations of ``find_loops(...)[i]`` per entry into it.
+
+    Assumes every instruction of a loop body runs on every iteration (branches inside a loop are
+    taken as always executed), the usual case for the guarded loads of a tiled kernel.
+    """
+    loops = find_loops(instructions)
+    if len(trips) != len(loops):
+        raise ValueError(f"the SASS has {len(loops)} loops but {len(trips)} trip counts were given: {loops}")
+    n = {"fp32": 0.0, "ldst": 0.0, "other": 0.0}
+    for ins in instructions:
+        factor = 1.0
+        for loop, trip in zip(loops, trips):
+            if loop.start <= ins.address <= loop.end:
+                factor *= trip
+        n[classify(ins.opcode)] += factor
+    return Counts(**n)

@@ -1,0 +1,198 @@
+"""SASS: disassemble a CUDA C++ kernel's cubin and count its instruction classes.
+
+The SASS is the evidence that a probe measures what it claims: the loads really depend on each
+other, the loop was not optimized away, an array went to local memory (STL/LDL). ``nvdisasm`` comes
+with the CUDA toolkit (``/usr/local/cuda/bin``) and, for CPU machines, in the PyPI wheel
+``nvidia-cuda-nvdisasm``; ``cuobjdump -sass`` is the fallback. Without either, ``disassemble`` raises
+``SassUnavailable`` with one line saying so.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+# Instruction classes a probe's evidence is about: name -> opcode prefix (the part before the first dot).
+CLASSES = {
+    "FFMA": ("FFMA",), "DFMA": ("DFMA",), "global load": ("LDG",), "global store": ("STG",),
+    "shared load": ("LDS",), "shared store": ("STS",), "local load (spill)": ("LDL",),
+    "local store (spill)": ("STL",), "branch": ("BRA",), "constant load": ("LDC",),
+}
+
+
+class SassUnavailable(RuntimeError):
+    """Neither nvdisasm nor cuobjdump could be found or run."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    address: int
+    predicate: str
+    opcode: str      # with modifiers, e.g. "LDG.E.64"
+    operands: str
+    label: str       # the label that precedes this instruction, if any ("" otherwise)
+
+    @property
+    def base(self) -> str:
+        """The opcode without modifiers: "LDG.E.64" -> "LDG"."""
+        return self.opcode.split(".")[0]
+
+    @property
+    def uniform(self) -> bool:
+        """Runs on the uniform datapath: a U-opcode (ULDC, UIADD3, ...), S2UR/R2UR, or a UR operand."""
+        return (self.base.startswith("U") or self.base in ("S2UR", "R2UR")
+                or re.search(r"\bUR\d+", self.operands) is not None)
+
+    def __str__(self) -> str:
+        pred = f"{self.predicate} " if self.predicate else ""
+        return f"/*{self.address:04x}*/ {pred}{self.opcode} {self.operands}".rstrip()
+
+
+def _tool_dirs() -> list[Path]:
+    dirs = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin"]
+    try:
+        import nvidia
+        for base in map(Path, nvidia.__path__):
+            dirs += [p.parent for p in base.glob("*/bin/nvdisasm")]
+    except ImportError:
+        pass
+    return dirs
+
+
+def find_tool() -> tuple[str, str]:
+    """('nvdisasm' or 'cuobjdump', path) of the first disassembler found."""
+    for name in ("nvdisasm", "cuobjdump"):
+        for d in _tool_dirs():
+            if (d / name).is_file():
+                return name, str(d / name)
+        if (path := shutil.which(name)):
+            return name, path
+    raise SassUnavailable("SASS needs nvdisasm or cuobjdump: install the CUDA toolkit or "
+                          "`pip install nvidia-cuda-nvdisasm`")
+
+
+def available() -> bool:
+    try:
+        find_tool()
+        return True
+    except SassUnavailable:
+        return False
+
+
+def disassemble_text(cubin: bytes) -> str:
+    """The raw disassembly of a cubin (all kernels)."""
+    name, path = find_tool()
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "kernel.cubin"
+        f.write_bytes(cubin)
+        cmd = [path, "-c", str(f)] if name == "nvdisasm" else [path, "-sass", str(f)]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise SassUnavailable(f"{name} could not run: {e}") from e
+    if out.returncode != 0:
+        raise SassUnavailable(f"{name} failed on the cubin: {out.stderr.strip()[:500]}")
+    return out.stdout
+
+
+_FUNC_NVDISASM = re.compile(r"^\s*//-+ \.text\.(\S+)\s+-+")
+_FUNC_CUOBJDUMP = re.compile(r"^\s*Function : (\S+)")
+_INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+_LABEL = re.compile(r"^\s*(\.L\w+):")
+
+
+def parse(text: str) -> dict[str, list[Instruction]]:
+    """{kernel name: instructions in address order} from nvdisasm or cuobjdump output."""
+    kernels: dict[str, list[Instruction]] = {}
+    current, label = None, ""
+    for line in text.splitlines():
+        if (m := _FUNC_NVDISASM.match(line) or _FUNC_CUOBJDUMP.match(line)):
+            current, label = m.group(1), ""
+            kernels[current] = []
+        elif (m := _LABEL.match(line)):
+            label = m.group(1)
+        elif current and (m := _INSN.search(line)):
+            kernels[current].append(Instruction(int(m.group(1), 16), (m.group(2) or "").strip(),
+                                                m.group(3), m.group(4).strip(), label))
+            label = ""
+    return kernels
+
+
+def disassemble(compiled, kernel: str | None = None) -> list[Instruction]:
+    """The SASS of one kernel in a ``cuda_cpp.Compiled`` (the only one if ``kernel`` is None)."""
+    kernels = parse(disassemble_text(compiled.cubin))
+    if kernel is None:
+        if len(kernels) != 1:
+            raise ValueError(f"the cubin holds kernels {sorted(kernels)}: name one")
+        return next(iter(kernels.values()))
+    if kernel not in kernels:
+        raise ValueError(f"no kernel {kernel!r} in the cubin; it holds {sorted(kernels)}")
+    return kernels[kernel]
+
+
+def counts(instructions: list[Instruction], classes: dict | None = None) -> dict[str, int]:
+    """How many instructions of each class (default: CLASSES, plus 'clock read' and 'uniform datapath')."""
+    classes = CLASSES if classes is None else classes
+    out = {name: sum(i.base in prefixes for i in instructions) for name, prefixes in classes.items()}
+    out["clock read"] = sum("SR_CLOCK" in i.operands for i in instructions)
+    out["uniform datapath"] = sum(i.uniform for i in instructions)
+    return out
+
+
+def opcodes(instructions: list[Instruction]) -> Counter:
+    """Every base opcode and how often it occurs."""
+    return Counter(i.base for i in instructions)
+
+
+def loops(instructions: list[Instruction]) -> list[list[Instruction]]:
+    """The bodies of the loops: from a label to a backward branch that targets it, innermost first."""
+    at_label = {i.label: n for n, i in enumerate(instructions) if i.label}
+    bodies = []
+    for n, insn in enumerate(instructions):
+        if insn.base == "BRA":
+            target = re.search(r"(\.L\w+)", insn.operands)
+            if target and target.group(1) in at_label and at_label[target.group(1)] <= n:
+                bodies.append(instructions[at_label[target.group(1)]:n + 1])
+    return sorted(bodies, key=len)
+
+
+_GPR = re.compile(r"(?<![U\w])R(\d+)(\.reuse)?")
+
+
+def register_reads(insn: Instruction) -> list[tuple[int, int, bool]]:
+    """(operand slot, register number, flagged .reuse) for each general register an instruction reads
+    (RZ and uniform registers excluded). An arithmetic instruction's first operand is its destination
+    and is skipped; stores (ST*, RED, ATOM) read every register operand."""
+    ops = [o.strip() for o in insn.operands.split(",")]
+    sources = ops if insn.base.startswith(("ST", "RED", "ATOM")) else ops[1:]
+    return [(slot, int(m.group(1)), bool(m.group(2))) for slot, o in enumerate(sources)
+            for m in _GPR.finditer(o)]
+
+
+def bank_conflict(insn: Instruction, previous: Instruction | None = None, banks: int = 2) -> bool:
+    """True if two distinct registers that ``insn`` reads from the register file fall in one bank
+    (register number mod ``banks``): its operands then take two cycles to collect. An operand that
+    ``previous`` flagged ``.reuse`` in the same slot comes from the operand-reuse cache instead.
+    Two banks is what microbenchmarks found on Volta and later GPUs."""
+    cached = {(slot, r) for slot, r, reuse in (register_reads(previous) if previous else []) if reuse}
+    fetched = {r for slot, r, _ in register_reads(insn) if (slot, r) not in cached}
+    return len(fetched) > len({r % banks for r in fetched})
+
+
+def bank_conflicts(instructions: list[Instruction], opcode: str | None = None) -> int:
+    """How many instructions (of base ``opcode``, or all) in a straight run have a register-bank conflict."""
+    return sum(bank_conflict(i, prev) for prev, i in zip([None] + instructions[:-1], instructions)
+               if opcode is None or i.base == opcode)
+
+
+def listing(instructions: list[Instruction], limit: int = 60) -> str:
+    """Text of up to ``limit`` instructions, for printing in a notebook."""
+    lines = [str(i) for i in instructions[:limit]]
+    if len(instructions) > limit:
+        lines.append(f"... ({len(instructions) - limit} more)")
+    return "\n".join(lines)

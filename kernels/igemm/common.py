@@ -1,0 +1,329 @@
+"""What every implicit-GEMM step shares: the problem, the float32 reference, the FLOP count, argument
+validation, and the one launcher that runs any step.
+
+The convolution, in the layouts cuDNN's NHWC kernels use:
+    x (N, H, W, C) fp16, w (K, R, S, C) fp16  ->  y (N, P, Q, K) fp16, accumulated in fp32,
+    y[n, p, q, k] = sum over r, s, c of x[n, p*stride - pad + r, q*stride - pad + s, c] * w[k, r, s, c]
+seen as a GEMM  Y[M, K] = A[M, RSC] @ B[K, RSC]^T  with M = N*P*Q: row m of A is the input patch under
+output pixel m ("img2col"), never materialized; row k of B is filter k as it lies in memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from ..harness import check, device
+
+BLOCK_M = BLOCK_N = 128           # the block tile of steps 2-6 (the source's 128x128)
+THREADS = 128                     # steps 2-5: 4 warps of 64x64
+WGMMA_THREADS = 256               # step 6: 2 warpgroups of 64x128
+CHUNK = 8                         # fp16 channels per 16-byte load: C and K must be multiples of it
+# Steps 3-5: one 128x32 tile = 4 blocks of 128 rows x 8 halves (2048 B), 32 B apart (the source's gap).
+CHUNK_STRIDE_BYTES = 128 * 16 + 32
+TILE_BYTES = 4 * CHUNK_STRIDE_BYTES
+STAGE_BYTES = 2 * TILE_BYTES      # one A tile and one B tile
+EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2   # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
+WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2        # step 6: A and B tiles of 128 rows x 64 halves, swizzled
+WGMMA_ALIGN = 1024                # step 6's swizzled tiles start on 1024-byte boundaries
+MAX_ELEMENTS = 2**31 - 1          # the CUDA C++ steps index with 32-bit integers
+
+STEPS = {
+    1: ("igemm/v1_naive.py", "igemm_naive"),
+    2: ("igemm/v2_wmma.cu", "igemm_v2_wmma"),
+    3: ("igemm/v3_ldmatrix.cu", "igemm_v3_ldmatrix"),
+    4: ("igemm/v4_cp_async.cu", "igemm_v4_cp_async"),
+    5: ("igemm/v5_epilogue.cu", "igemm_v5_epilogue"),
+    6: ("igemm/v6_wgmma.cu", "igemm_v6_wgmma"),
+}
+PIPELINED = (4, 5, 6)             # steps whose shared memory is dynamic: STAGES buffers of a stage each
+EPILOGUE = (5, 6)                 # steps that take alpha, bias and ReLU
+STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5)}   # step 6 keeps one wgmma batch in flight: 3 stages at least
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One convolution; ``k`` is the number of output channels (the GEMM's N)."""
+    n: int
+    h: int
+    w: int
+    c: int
+    k: int
+    r: int = 3
+    s: int = 3
+    pad: int = 1
+    stride: int = 1
+
+    @property
+    def p(self) -> int:
+        return (self.h + 2 * self.pad - self.r) // self.stride + 1
+
+    @property
+    def q(self) -> int:
+        return (self.w + 2 * self.pad - self.s) // self.stride + 1
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """(M, N, K) of the implicit GEMM."""
+        return self.n * self.p * self.q, self.k, self.r * self.s * self.c
+
+    @property
+    def flops(self) -> int:
+        m, n, k = self.gemm
+        return 2 * m * n * k
+
+    @property
+    def x_shape(self) -> tuple:
+        return (self.n, self.h, self.w, self.c)
+
+    @property
+    def w_shape(self) -> tuple:
+        return (self.k, self.r, self.s, self.c)
+
+    @property
+    def y_shape(self) -> tuple:
+        return (self.n, self.p, self.q, self.k)
+
+    @property
+    def bytes_compulsory(self) -> int:
+        """fp16 input, filter and output, each moved through DRAM once."""
+        return 2 * (int(np.prod(self.x_shape)) + int(np.prod(self.w_shape)) + int(np.prod(self.y_shape)))
+
+    def grid(self) -> tuple[int, int]:
+        """Blocks of the tensor-core steps: 128-row tiles of M by 128-column tiles of N."""
+        m, n, _ = self.gemm
+        return -(-m // BLOCK_M), -(-n // BLOCK_N)
+
+    def label(self) -> str:
+        return (f"x[{self.n},{self.h},{self.w},{self.c}] * w[{self.k},{self.r},{self.s},{self.c}] "
+                f"pad {self.pad} stride {self.stride}")
+
+
+# The source's problem (DIGEST 004): M = 50176, N = 512, K = 2304, 118.4 GFLOP.
+PROBLEM = Problem(n=256, h=14, w=14, c=256, k=512)
+# Small enough for the simulator, and odd: M = 60, N = 24 and K = 144 are no multiples of any tile.
+CI_PROBLEM = Problem(n=2, h=5, w=6, c=16, k=24)
+# Shapes the tensor-core steps must get right on a GPU: ragged M, N and K, stride 2, 1x1 filters.
+ODD_PROBLEMS = (
+    Problem(n=3, h=7, w=9, c=40, k=136),
+    Problem(n=1, h=13, w=11, c=8, k=8, pad=1, stride=2),
+    Problem(n=2, h=9, w=9, c=24, k=64, r=1, s=1, pad=0),
+    Problem(n=5, h=14, w=14, c=256, k=512),
+)
+FIRST_LAYER = Problem(n=2, h=9, w=9, c=3, k=16)   # C = 3: only the naive step takes it
+
+
+def gemm_problem(k: int, m: int = 4096, n: int = 4096) -> Problem:
+    """A plain GEMM as a 1x1 convolution: M = 64 x (m/64) pixels, N = n filters, K = k channels."""
+    if m % 64:
+        raise ValueError(f"m must be a multiple of 64 (64 x m/64 pixels), got {m}")
+    return Problem(n=1, h=64, w=m // 64, c=k, k=n, r=1, s=1, pad=0)
+
+
+def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
+    """x and w uniform in [-1, 1), fp16, as ``xp`` arrays."""
+    x = rng.uniform(-1, 1, problem.x_shape).astype(np.float16)
+    w = rng.uniform(-1, 1, problem.w_shape).astype(np.float16)
+    return xp.asarray(x), xp.asarray(w)
+
+
+def _module(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def reference(x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False,
+              dtype=np.float32):
+    """The convolution in ``dtype`` (NumPy or CuPy, following ``x``): one matrix product per filter tap.
+
+    Float32 is enough to judge fp16 inputs (its rounding is 2^-24 against fp16's 2^-11) and keeps the
+    full problem fast on a GPU; tests on small sizes pass ``dtype=np.float64``.
+    """
+    xp = _module(x)
+    n, h, wd, c = x.shape
+    k, r, s, _ = w.shape
+    p, q = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
+    padded = xp.zeros((n, h + 2 * pad, wd + 2 * pad, c), dtype=dtype)
+    padded[:, pad:pad + h, pad:pad + wd, :] = x
+    wf = w.astype(dtype)
+    y = xp.zeros((n * p * q, k), dtype=dtype)
+    for i in range(r):
+        for j in range(s):
+            patch = padded[:, i:i + stride * (p - 1) + 1:stride, j:j + stride * (q - 1) + 1:stride, :]
+            y += patch.reshape(-1, c) @ wf[:, i, j, :].T
+    y = alpha * y
+    if bias is not None:
+        y += xp.asarray(bias, dtype=dtype)
+    if relu:
+        y = xp.maximum(y, 0)
+    return y.reshape(n, p, q, k)
+
+
+def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 1.0) -> check.CheckResult:
+    """The chapter's verdict for inputs uniform in [-1, 1): relative Frobenius error <= 1e-2, and no
+    element off by more than 1e-2 sqrt(RSC) x ``scale`` -- 3% of the outputs' standard deviation
+    sqrt(RSC)/3, yet over 10 times fp16's rounding of the largest outputs -- so a wrong row cannot hide
+    in the norm."""
+    atol = 1e-2 * np.sqrt(problem.gemm[2]) * scale
+    return check.compare(out, ref, atol=float(f"{atol:.3g}"), rtol=1e-2, name=name or problem.label())
+
+
+def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
+    """Check every argument of ``step`` and return the Problem it describes; errors name the constraint."""
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
+    check.require_array(x, "x (NHWC input)", dtype=np.float16, ndim=4)
+    check.require_array(w, "w (KRSC filters)", dtype=np.float16, ndim=4)
+    n, h, wd, c = x.shape
+    k, r, s, cw = w.shape
+    if cw != c:
+        hint = ""
+        if w.shape[1] == c:
+            hint = " -- it looks like KCRS (PyTorch's layout): pass w.transpose(0, 2, 3, 1) made contiguous"
+        elif x.shape[1] == cw:
+            hint = " -- x looks like NCHW: pass x.transpose(0, 2, 3, 1) made contiguous"
+        raise ValueError(f"w: expected KRSC filters whose last axis matches x's channels C = {c} (NHWC); "
+                         f"got w of shape {tuple(w.shape)}{hint}")
+    if not (isinstance(pad, (int, np.integer)) and pad >= 0):
+        raise ValueError(f"pad must be an integer >= 0, got {pad!r}")
+    if not (isinstance(stride, (int, np.integer)) and stride >= 1):
+        raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
+    problem = Problem(n, h, wd, c, k, r, s, int(pad), int(stride))
+    if problem.p < 1 or problem.q < 1:
+        raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{wd} input (pad {pad})")
+    if step >= 2:
+        if c % CHUNK:
+            raise ValueError(f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
+                             f"channels (16 bytes) at a time; pad the channels with zeros "
+                             f"(a first layer's C = 3 becomes 8) or use step 1")
+        if k % CHUNK:
+            raise ValueError(f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
+                             f"store {CHUNK} channels at a time; pad the filters with zeros")
+        for name, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
+            if int(np.prod(shape)) > MAX_ELEMENTS:
+                raise ValueError(f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
+                                 f"with 32-bit integers (at most {MAX_ELEMENTS})")
+        for name, a in (("x", x), ("w", w), ("out", out)):
+            if a is not None and _device_pointer(a) % 16:
+                raise ValueError(f"{name}: the tensor-core steps need 16-byte aligned arrays")
+    if out is not None:
+        check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
+    if bias is not None:
+        if step not in EPILOGUE:
+            raise ValueError(f"step {step} computes the plain convolution; bias, alpha and ReLU are "
+                             f"fused in steps {EPILOGUE}")
+        check.require_array(bias, "bias", dtype=np.float32, shape=(k,))
+    return problem
+
+
+def _device_pointer(a) -> int:
+    if isinstance(a, np.ndarray):
+        return a.ctypes.data
+    return a.__cuda_array_interface__["data"][0]
+
+
+def smem_bytes(step: int, stages: int) -> int:
+    """Dynamic shared memory of a pipelined step: the stages, or the epilogue's re-tiled output if larger
+    (step 6 adds room to align its tiles to 1024 bytes)."""
+    if step == 6:
+        return stages * WGMMA_STAGE_BYTES + WGMMA_ALIGN
+    pipeline = stages * STAGE_BYTES
+    return max(pipeline, EPILOGUE_BYTES) if step == 5 else pipeline
+
+
+def swizzle128(row: int, chunk: int) -> int:
+    """Step 6's shared layout (as in v6_wgmma.cu): byte offset of 16-byte chunk ``chunk`` (0-7) of row
+    ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's 128-byte swizzle)."""
+    return row * 128 + ((chunk ^ (row & 7)) << 4)
+
+
+def default_stages(step: int) -> int:
+    return 4 if step == 6 else 3
+
+
+def threads(step: int) -> int:
+    return WGMMA_THREADS if step == 6 else THREADS
+
+
+@lru_cache(maxsize=None)
+def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
+    """The compiled CUDA C++ kernel of ``step`` (2-6), with its dynamic shared memory allowed.
+
+    ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
+    from ..harness import cuda_cpp
+    path, name = STEPS[step]
+    if step not in PIPELINED:
+        return cuda_cpp.load(path, name)
+    options = (f"-DSTAGES={stages}",) + (("-DX_BYPASS_L1",) if x_bypass_l1 else ())
+    if step == 6:
+        import cupy
+        cc = cupy.cuda.Device().compute_capability
+        if cc != "90":
+            raise RuntimeError(f"step 6 uses wgmma, which needs a Hopper GPU built for sm_90a "
+                               f"(compute capability 9.0); this GPU is {cc[:-1]}.{cc[-1]}: use steps 2-5")
+        kernel = cuda_cpp.load(path, name, options=options, arch="sm_90a")
+    else:
+        kernel = cuda_cpp.load(path, name, options=options)
+    kernel.max_dynamic_shared_size_bytes = smem_bytes(step, stages)
+    return kernel
+
+
+def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0,
+             relu: bool = False, stages: int | None = None, x_bypass_l1: bool = False) -> Callable[[], None]:
+    """Validate once, then return a function that only enqueues the kernel (what timing needs)."""
+    problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
+    if step not in EPILOGUE and (alpha != 1.0 or relu):
+        raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in "
+                         f"steps {EPILOGUE}")
+    stages = default_stages(step) if stages is None else stages
+    if step in PIPELINED:
+        low, high = STAGE_RANGE[step]
+        if not (isinstance(stages, int) and low <= stages <= high):
+            raise ValueError(f"stages of step {step} must be an integer from {low} to {high}, got {stages!r}")
+    if x_bypass_l1 and step not in (4, 5):
+        raise ValueError("x_bypass_l1 rebuilds step 4 or 5 only")
+    if step == 1:
+        from .v1_naive import THREADS as NAIVE_THREADS, igemm_naive
+        blocks = -(-int(np.prod(problem.y_shape)) // NAIVE_THREADS)
+        kernel = igemm_naive[blocks, NAIVE_THREADS]
+        return lambda: kernel(x, w, out, problem.pad, problem.stride)
+    kernel = cuda_kernel(step, stages, x_bypass_l1)   # raises a clear error in the simulator
+    import cupy
+    i32 = cupy.int32
+    pr = problem
+    args = (x, w, out, i32(pr.n), i32(pr.h), i32(pr.w), i32(pr.c), i32(pr.k), i32(pr.r), i32(pr.s),
+            i32(pr.p), i32(pr.q), i32(pr.pad), i32(pr.stride))
+    if step in EPILOGUE:
+        if bias is None:
+            bias = cupy.zeros(pr.k, dtype=cupy.float32)
+        args += (bias, cupy.float32(alpha), i32(bool(relu)))
+    shared = smem_bytes(step, stages) if step in PIPELINED else 0
+    grid = problem.grid()
+    block = (threads(step),)
+    return lambda: kernel(grid, block, args, shared_mem=shared)
+
+
+def conv(step: int, x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False,
+         stages: int | None = None, out=None, x_bypass_l1: bool = False):
+    """Run one step and return its output (poisoned first, so nothing unwritten can pass)."""
+    if out is None:
+        problem = validate(step, x, w, pad=pad, stride=stride, bias=bias)
+        out = check.poison(_module(x).empty(problem.y_shape, dtype=np.float16))
+    launcher(step, x, w, out, pad=pad, stride=stride, bias=bias, alpha=alpha, relu=relu, stages=stages,
+             x_bypass_l1=x_bypass_l1)()
+    return out
+
+
+def fit_head_tail(ks, ms) -> tuple[float, float]:
+    """Least squares  time = head + K * per_k  (the source's head / main loop / tail model)."""
+    per_k, head = np.polyfit(np.asarray(ks, float), np.asarray(ms, float), 1)
+    return float(head), float(per_k)
+
+
+def k_half(head_ms: float, per_k_ms: float) -> float:
+    """The K at which the fixed cost equals the main loop: half the asymptotic rate."""
+    return head_ms / per_k_ms

@@ -1,0 +1,78 @@
+"""Launch the steps whose difference needs a profiler to explain, once each, on the source problem
+(needs a GPU), for Nsight Compute:
+
+    ncu --csv --kernel-name regex:igemm <NCU_ARGS> python -m kernels.igemm.profile
+
+Prints the variants in launch order, so the profiler's kernels can be matched to them;
+``parse_ncu_csv`` turns the profiler's CSV into one row per launch.
+"""
+import csv
+import io
+
+import numpy as np
+
+# (label, step, launcher options): step 4 as first written (input through cp.async.cg) and as fixed.
+VARIANTS = (
+    ("v3_ldmatrix", 3, {}),
+    ("v4_cp_async, x via cp.async.cg (round 1)", 4, {"x_bypass_l1": True}),
+    ("v4_cp_async, x via cp.async.ca", 4, {}),
+    ("v5_epilogue", 5, {}),
+    ("v6_wgmma, 3 stages", 6, {"stages": 3}),
+)
+
+
+NCU_ARGS = ("--section", "SpeedOfLight", "--section", "Occupancy", "--section", "LaunchStats",
+            "--section", "MemoryWorkloadAnalysis",
+            "--metrics", "l1tex__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum")
+# column -> (Nsight Compute's metric name, scale)
+COLUMNS = {
+    "duration (us)": ("Duration", None),
+    "L1 hit %": ("l1tex__t_sector_hit_rate.pct", 1.0),
+    "L2 read sectors (M)": ("lts__t_sectors_srcunit_tex_op_read.sum", 1e-6),
+    "L2 busy %": ("L2 Cache Throughput", 1.0),
+    "SM busy %": ("Compute (SM) Throughput", 1.0),
+    "registers": ("Registers Per Thread", 1.0),
+    "smem config (KB)": ("Shared Memory Configuration Size", 1 / 1024),
+    "blocks/SM": ("Block Limit Shared Mem", 1.0),
+    "achieved occupancy %": ("Achieved Occupancy", 1.0),
+}
+_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """One dict of ``COLUMNS`` per profiled launch, in launch order, from ``ncu --csv`` output."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    by_launch: dict[int, dict] = {}
+    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
+        if "Metric Name" not in rec or not rec.get("ID", "").isdigit():
+            continue
+        by_launch.setdefault(int(rec["ID"]), {})[rec["Metric Name"]] = (rec["Metric Unit"], rec["Metric Value"])
+    rows = []
+    for launch in sorted(by_launch):
+        metrics, row = by_launch[launch], {}
+        for column, (name, scale) in COLUMNS.items():
+            unit, value = metrics.get(name, ("", "nan"))
+            value = float(value.replace(",", "")) if value.replace(",", "").replace(".", "").isdigit() else float("nan")
+            if column == "blocks/SM":   # the tightest of the limits, not only shared memory's
+                value = min(float(metrics.get(f"Block Limit {k}", ("", "inf"))[1].replace(",", ""))
+                            for k in ("Shared Mem", "Registers", "Warps", "SM"))
+            row[column] = round(value * (_TO_US.get(unit, float("nan")) if scale is None else scale), 1)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    import cupy
+
+    from . import common as ig
+    x, w = ig.random_inputs(ig.PROBLEM, np.random.default_rng(0), cupy)
+    out = cupy.empty(ig.PROBLEM.y_shape, dtype=cupy.float16)
+    launches = [(label, ig.launcher(step, x, w, out, **options)) for label, step, options in VARIANTS]
+    for i, (label, launch) in enumerate(launches):   # compiled above: nothing but the kernels from here
+        launch()
+        cupy.cuda.Device().synchronize()
+        print(f"launch {i}: {label}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

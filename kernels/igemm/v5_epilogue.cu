@@ -1,0 +1,175 @@
+// Step 5: the fused epilogue -- y = relu(alpha * acc + bias[k]) in fp16, stored 16 bytes at a time.
+// Step 4 stores each lane's pairs of halves straight from the accumulators: 4-byte stores that
+// cover half of every 32-byte sector they touch. Here, as in the source's cuDNN kernel, the block
+// applies alpha, the per-channel bias and ReLU in registers, converts to fp16, re-tiles its 128x128
+// output through shared memory (rows padded by 16 bytes against bank conflicts) and writes whole
+// 16-byte runs of 8 channels: coalesced 128-bit stores, and bias and ReLU cost no extra pass.
+#include <cuda_fp16.h>
+
+constexpr int BM = 128, BN = 128, BK = 32, THREADS = 128;
+constexpr int CHUNK_STRIDE = 128 * 16 + 32;     // one block of 128 rows x 8 halves, plus the gap
+constexpr int TILE_BYTES = 4 * CHUNK_STRIDE;    // 8320 B; A and B tiles: the source's 16.25 KB
+constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+#ifndef STAGES
+#define STAGES 3                                // 3 x 16640 B: dynamic shared memory past 48 KB
+#endif
+constexpr int OUT_LD = BN + 8;                  // halves per row of the re-tiled output (272 B)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without registers; valid == false writes 16 zero bytes and reads nothing.
+// .cg caches in L2 only (the filters: each block reads its rows once); .ca also in L1 (the input).
+__device__ __forceinline__ void cp_async_16_cg(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16_ca(unsigned dst, const void* src, bool valid) {
+#ifdef X_BYPASS_L1
+    cp_async_16_cg(dst, src, valid);
+#else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Wait until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(pending)); }
+
+// Four 8x8 fp16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// D (16x8, fp32) += A (16x16, fp16, row-major) * B (16x8, fp16, column-major).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+igemm_v5_epilogue(const half* __restrict__ x, const half* __restrict__ w, half* __restrict__ y,
+                  int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
+                  const float* __restrict__ bias, float alpha, int relu)
+{
+    extern __shared__ __align__(128) unsigned char smem[];   // STAGES x (A, B), then the output tile
+
+    const int M = N * P * Q, KD = R * S * C;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int warp_m = (warp >> 1) * 64, warp_n = (warp & 1) * 64;
+
+    // Each thread copies 16-byte chunks (8 channels): chunk kc of rows row0 + 32 i, i = 0..3.
+    // Where output pixel m lies is fixed for the whole loop, so it is worked out once.
+    const int kc = tid & 3, row0 = tid >> 2;
+    int img_base[4], h_org[4], w_org[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int m = m0 + row0 + 32 * i;
+        const int img = m / (P * Q), pq = m - img * P * Q, p = pq / Q, q = pq - p * Q;
+        img_base[i] = img * H * W * C;
+        // A row past M gets an origin so far outside the image that every tap reads zero.
+        h_org[i] = m < M ? p * stride - pad : -(1 << 29);
+        w_org[i] = q * stride - pad;
+    }
+
+    // ldmatrix row addresses of this lane, at K step offset 0. A fragment (16 rows x 16 taps):
+    // matrices (rows 0-7 | 8-15) x (taps 0-7 | 8-15). B fragment pair (16 filters x 16 taps):
+    // matrices (filters 0-7, taps 0-7 | 8-15), then filters 8-15.
+    const unsigned base = smem_addr(smem);
+    const unsigned a_lane = base + (lane >> 4) * CHUNK_STRIDE + (warp_m + (lane & 15)) * 16;
+    const unsigned b_lane = base + TILE_BYTES + ((lane >> 3) & 1) * CHUNK_STRIDE
+                          + (warp_n + ((lane >> 4) << 3) + (lane & 7)) * 16;
+
+    float acc[4][8][4] = {};   // 4 x 8 tiles of 16x8: the warp's 64x64, 128 floats per thread
+
+    // Start the copies of the K step at k0 into stage `stage` (zeros past the end of K).
+    auto load_tile = [&](int stage, int k0) {
+        // C % 8 == 0, so a thread's 8 channels share one filter tap (r, s).
+        const int k = k0 + kc * 8;
+        const int rs = k / C, c = k - rs * C, r = rs / S, s = rs - r * S;
+        const bool k_ok = k < KD;
+        const unsigned dst = base + stage * STAGE_BYTES + kc * CHUNK_STRIDE + row0 * 16;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int h = h_org[i] + r, col = w_org[i] + s;
+            const bool a_ok = k_ok && h >= 0 && h < H && col >= 0 && col < W;
+            // An invalid copy reads nothing, but its source address is still formed: keep it in bounds.
+            cp_async_16_ca(dst + 32 * i * 16, a_ok ? x + img_base[i] + (h * W + col) * C + c : x, a_ok);
+            const int n = n0 + row0 + 32 * i;
+            const bool b_ok = k_ok && n < K;
+            cp_async_16_cg(dst + TILE_BYTES + 32 * i * 16, b_ok ? w + n * KD + k : w, b_ok);
+        }
+    };
+
+    const int k_steps = (KD + BK - 1) / BK;
+#pragma unroll
+    for (int kt = 0; kt < STAGES - 1; ++kt) {   // the prologue: the first STAGES - 1 tiles in flight
+        if (kt < k_steps) load_tile(kt, kt * BK);
+        cp_async_commit();                   // empty groups keep the count uniform
+    }
+
+    for (int kt = 0; kt < k_steps; ++kt) {
+        cp_async_wait<STAGES - 2>();         // tile kt has landed (for this thread) ...
+        __syncthreads();                     // ... for every thread; and all are done with tile kt - 1
+        const int next = kt + STAGES - 1;    // refill the stage tile kt - 1 used
+        if (next < k_steps) load_tile(next % STAGES, next * BK);
+        cp_async_commit();
+        const unsigned stage = (kt % STAGES) * STAGE_BYTES;
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {   // two k16 halves: blocks 2 ks and 2 ks + 1
+            unsigned a[4][4], b[8][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                ldmatrix_x4(a[i], a_lane + stage + 2 * ks * CHUNK_STRIDE + i * 16 * 16);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                unsigned t[4];
+                ldmatrix_x4(t, b_lane + stage + 2 * ks * CHUNK_STRIDE + j * 16 * 16);
+                b[2 * j][0] = t[0]; b[2 * j][1] = t[1]; b[2 * j + 1][0] = t[2]; b[2 * j + 1][1] = t[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) mma_16816(acc[i][j], a[i], b[j]);
+        }
+    }
+
+    // Epilogue. Every warp must be done reading the last tiles before the output tile overwrites them.
+    cp_async_wait<0>();
+    __syncthreads();
+    half* out = reinterpret_cast<half*>(smem);
+    // Lane l holds rows l / 4 and l / 4 + 8, columns 2 (l % 4) and +1 of each 16x8 tile: scale, add the
+    // channel's bias, clamp, convert, and park the pair in the output tile (conflict-free: the 16-byte
+    // row padding puts the 8 rows of a store on 8 different groups of 4 banks).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int col = warp_n + 8 * j + 2 * (lane & 3);
+        const bool in = n0 + col < K;
+        const float b0 = in ? bias[n0 + col] : 0.0f, b1 = in ? bias[n0 + col + 1] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int half_row = 0; half_row < 2; ++half_row) {
+                float v0 = alpha * acc[i][j][2 * half_row] + b0, v1 = alpha * acc[i][j][2 * half_row + 1] + b1;
+                if (relu) { v0 = fmaxf(v0, 0.0f); v1 = fmaxf(v1, 0.0f); }
+                const int row = warp_m + 16 * i + (lane >> 2) + 8 * half_row;
+                *reinterpret_cast<half2*>(out + row * OUT_LD + col) = __floats2half2_rn(v0, v1);
+            }
+    }
+    __syncthreads();
+    // Re-tiled: thread t writes 16 bytes (8 channels) per round; 16 threads cover a 256-byte row.
+#pragma unroll
+    for (int round = 0; round < BM * BN / 8 / THREADS; ++round) {
+        const int chunk = round * THREADS + tid, row = chunk / (BN / 8), col = (chunk % (BN / 8)) * 8;
+        const int m = m0 + row, n = n0 + col;
+        if (m < M && n < K)
+            *reinterpret_cast<uint4*>(y + m * K + n) = *reinterpret_cast<const uint4*>(out + row * OUT_LD + col);
+    }
+}

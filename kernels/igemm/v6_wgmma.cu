@@ -1,0 +1,199 @@
+// Step 6: Hopper's warpgroup MMA (wgmma), fed by step 5's cp.async img2col pipeline.
+// mma.sync (steps 3-5) makes every warp load its fragments from shared memory into registers with
+// ldmatrix and issue 64 small synchronous MMAs per K step; on Hopper that path reaches well under
+// the tensor cores' rate. wgmma lets a warpgroup (4 warps) multiply a 64x128x16 product straight out
+// of shared memory, asynchronously: the warps issue it and go on copying the next tiles. The tiles
+// move to the layout wgmma reads, K-major rows of 64 halves (128 B) with the 128-byte XOR swizzle
+// (conflict-free for the copy-in and for the tensor cores), K steps of 64, 8 warps per block.
+// Needs sm_90a: built for any other target the kernel is empty, and the launcher refuses to run it.
+#include <cuda_fp16.h>
+
+constexpr int BM = 128, BN = 128, BK = 64, THREADS = 256;
+constexpr int TILE_BYTES = BM * BK * 2;         // 16 KB: 128 rows of 128 B, A and B alike
+constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+#ifndef STAGES
+#define STAGES 4                                // 4 x 32 KB: two tiles in flight while one is multiplied
+#endif
+constexpr int OUT_LD = BN + 8;                  // halves per row of the re-tiled output (272 B)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without registers; valid == false writes 16 zero bytes and reads nothing.
+// .cg caches in L2 only (the filters: each block reads its rows once); .ca also in L1 (the input).
+__device__ __forceinline__ void cp_async_16_cg(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16_ca(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Wait until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory"); }
+
+// Byte offset of 16-byte chunk `chunk` (0-7) of row `row` in a tile of 128-byte rows, 128-byte swizzle:
+// the chunk index is XORed with row % 8, so 8 rows' chunk j land in 8 different 16-byte bank groups.
+__device__ __forceinline__ unsigned swizzle128(int row, int chunk) {
+    return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+// wgmma's shared-memory matrix descriptor for a K-major tile with the 128-byte swizzle: start address,
+// leading offset (unused with this swizzle: 1), stride between 8-row groups (1024 B), swizzle mode 1.
+__device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
+    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32)
+         | (1ull << 62);
+}
+
+// Registers written by wgmma change after the instruction issues: keep the compiler from moving their
+// reads or writes across the fences and waits.
+__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory"); }
+
+// D (64x128, fp32, this warpgroup) += A (64x16, fp16, K-major in shared) * B (16x128, fp16, K-major in shared).
+__device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+                   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+                   "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+                   "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+                   "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __restrict__ y,
+               int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
+               const float* __restrict__ bias, float alpha, int relu)
+{
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    // The swizzle is a function of address bits 4-9: every tile must start on a 1024-byte boundary.
+    const unsigned raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+    unsigned char* smem = smem_raw + (base - raw);   // STAGES x (A, B), then the output tile
+
+    const int M = N * P * Q, KD = R * S * C;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, group = warp >> 2;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+
+    // Each thread copies chunk kc (8 channels) of rows row0 + 32 i, i = 0..3, of the A and the B tile.
+    const int kc = tid & 7, row0 = tid >> 3;
+    int img_base[4], h_org[4], w_org[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int m = m0 + row0 + 32 * i;
+        const int img = m / (P * Q), pq = m - img * P * Q, p = pq / Q, q = pq - p * Q;
+        img_base[i] = img * H * W * C;
+        // A row past M gets an origin so far outside the image that every tap reads zero.
+        h_org[i] = m < M ? p * stride - pad : -(1 << 29);
+        w_org[i] = q * stride - pad;
+    }
+    const unsigned copy_offset = swizzle128(row0, kc);   // rows row0 + 32 i share row0 % 8
+
+    float acc[64];   // this warpgroup's 64x128: rows 64 group .. +63
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+
+    // Start the copies of the K step at k0 into stage `stage` (zeros past the end of K).
+    auto load_tile = [&](int stage, int k0) {
+        // C % 8 == 0, so a thread's 8 channels share one filter tap (r, s).
+        const int k = k0 + kc * 8;
+        const int rs = k / C, c = k - rs * C, r = rs / S, s = rs - r * S;
+        const bool k_ok = k < KD;
+        const unsigned dst = base + stage * STAGE_BYTES + copy_offset;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int h = h_org[i] + r, col = w_org[i] + s;
+            const bool a_ok = k_ok && h >= 0 && h < H && col >= 0 && col < W;
+            // An invalid copy reads nothing, but its source address is still formed: keep it in bounds.
+            cp_async_16_ca(dst + 32 * i * 128, a_ok ? x + img_base[i] + (h * W + col) * C + c : x, a_ok);
+            const int n = n0 + row0 + 32 * i;
+            const bool b_ok = k_ok && n < K;
+            cp_async_16_cg(dst + TILE_BYTES + 32 * i * 128, b_ok ? w + n * KD + k : w, b_ok);
+        }
+    };
+
+    // Pipeline: STAGES - 2 tiles are being copied while one is multiplied and the previous tile's
+    // wgmma may still be finishing; its stage is refilled only after every warp has waited for it.
+    const int k_steps = (KD + BK - 1) / BK;
+#pragma unroll
+    for (int kt = 0; kt < STAGES - 2; ++kt) {
+        if (kt < k_steps) load_tile(kt, kt * BK);
+        cp_async_commit();                   // empty groups keep the count uniform
+    }
+
+    for (int kt = 0; kt < k_steps; ++kt) {
+        cp_async_wait<STAGES - 3>();         // tile kt has landed (for this thread) ...
+        // ... and is visible to the tensor cores, which read shared memory through the async proxy;
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();                     // ... for every thread; every wgmma on tile kt - 2 is done
+        const unsigned stage = base + (kt % STAGES) * STAGE_BYTES;
+        fence_accumulators(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks)   // 16 taps = 32 bytes further along each swizzled row
+            wgmma_64x128x16(acc, smem_desc(stage + group * 64 * 128 + 32 * ks),
+                            smem_desc(stage + TILE_BYTES + 32 * ks));
+        wgmma_commit();
+        const int next = kt + STAGES - 2;    // refill the stage tile kt - 2 used
+        if (next < k_steps) load_tile(next % STAGES, next * BK);
+        cp_async_commit();
+        wgmma_wait<1>();                     // tile kt - 1's products are done, tile kt's may run on
+        fence_accumulators(acc);
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+
+    // Epilogue, as in step 5. Every warp must be done with the last tiles before the output overwrites them.
+    cp_async_wait<0>();
+    __syncthreads();
+    half* out = reinterpret_cast<half*>(smem);
+    // Warp w % 4 of the warpgroup holds rows 16 (w % 4) .. +15 of its 64; lane l holds rows l / 4 and
+    // l / 4 + 8, columns 8 j + 2 (l % 4) and +1, in acc[4 j .. 4 j + 3] (mma.sync's 16x8 layout, 16 times).
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int col = 8 * j + 2 * (lane & 3);
+        const bool in = n0 + col < K;
+        const float b0 = in ? bias[n0 + col] : 0.0f, b1 = in ? bias[n0 + col + 1] : 0.0f;
+#pragma unroll
+        for (int half_row = 0; half_row < 2; ++half_row) {
+            float v0 = alpha * acc[4 * j + 2 * half_row] + b0, v1 = alpha * acc[4 * j + 2 * half_row + 1] + b1;
+            if (relu) { v0 = fmaxf(v0, 0.0f); v1 = fmaxf(v1, 0.0f); }
+            const int row = 64 * group + 16 * (warp & 3) + (lane >> 2) + 8 * half_row;
+            *reinterpret_cast<half2*>(out + row * OUT_LD + col) = __floats2half2_rn(v0, v1);
+        }
+    }
+    __syncthreads();
+    // Re-tiled: thread t writes 16 bytes (8 channels) per round; 16 threads cover a 256-byte row.
+#pragma unroll
+    for (int round = 0; round < BM * BN / 8 / THREADS; ++round) {
+        const int chunk = round * THREADS + tid, row = chunk / (BN / 8), col = (chunk % (BN / 8)) * 8;
+        const int m = m0 + row, n = n0 + col;
+        if (m < M && n < K)
+            *reinterpret_cast<uint4*>(y + m * K + n) = *reinterpret_cast<const uint4*>(out + row * OUT_LD + col);
+    }
+}
+#else
+// Built for a target without wgmma (the CPU compile test builds every file for sm_80 and sm_90):
+// an empty kernel with the same parameters; common.launcher never launches this build.
+extern "C" __global__ void igemm_v6_wgmma(const half*, const half*, half*, int, int, int, int, int, int, int,
+                                          int, int, int, int, const float*, float, int) {}
+#endif

@@ -1,0 +1,104 @@
+"""Instruction counts of every convolution stage, for the performance model (run on the GPU machine).
+
+    python scripts/conv_counts.py                 # SASS counts x trips -> data/results/<gpu>/conv_counts.csv
+    python scripts/conv_counts.py --ncu conv1 conv2   # every stage once under ncu (the model's three
+                                                  # metrics) -> data/results/<gpu>/conv_ncu_<problem>.csv
+    compute-sanitizer --tool memcheck --report-api-errors no python scripts/conv_counts.py --launch odd4
+                                                  # odd sizes, every stage checked against the reference
+
+The notebook reads both files; numbers measured on a GPU are never typed in.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.harness import device, results  # noqa: E402  (device first: it picks the mode)
+from kernels.conv import common, stages  # noqa: E402
+from kernels.conv import model  # noqa: E402
+from kernels.harness import perfmodel  # noqa: E402
+
+COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")
+
+
+def count_rows(problems: list[str]) -> list[dict]:
+    rows = []
+    for stage in stages.GPU_STAGES:
+        tile = stages.tile_of(stage)
+        sass, res = model.compiled(stage, tile)
+        for name in problems:
+            c = model.sass_counts(stage, common.PROBLEMS[name], tile, sass=sass)
+            rows.append({"stage": stage, "problem": name, "fp32": c.fp32 if c else "", "ldst": c.ldst if c else "",
+                         "other": c.other if c else "", "registers": res.registers, "smem_bytes": res.smem_bytes,
+                         "source": "sass" if c else "loops not understood: use ncu"})
+    return rows
+
+
+def launch_all(problem: str) -> None:
+    """Run every GPU stage once on ``problem`` (for ncu or compute-sanitizer); check the results
+    against the float64 reference where that takes seconds (conv1's would take minutes)."""
+    p = common.PROBLEMS[problem]
+    for s in stages.all_gpu():
+        if p.c % s.c_multiple or p.k % s.k_multiple:
+            print(f"skip {s.name}: needs C % {s.c_multiple} == 0 and K % {s.k_multiple} == 0")
+        elif p.flops < 2e10:
+            print(common.check_stage(s, p, seed=0))
+        else:
+            xp = device.xp()
+            x, f = (xp.asarray(a) for a in common.to_layout(*common.random_inputs(p, seed=0), s.layout))
+            y = common.run(s, x, f)
+            print(f"ran {s.name} on {problem}: {'finite' if bool(xp.isfinite(y).all()) else 'NOT FINITE'}")
+
+
+def ncu_path(problem: str) -> Path:
+    return results.RESULTS / device.environment()["gpu_slug"] / f"conv_ncu_{problem}.csv"
+
+
+def run_ncu(problem: str) -> Path:
+    """Every stage once on ``problem`` under Nsight Compute with the model's metrics; the CSV's path."""
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join(perfmodel.NCU_METRICS),
+           sys.executable, __file__, "--launch", problem]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0 or '"Metric Name"' not in out.stdout:
+        raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")
+    path = ncu_path(problem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(out.stdout)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--launch", choices=sorted(common.PROBLEMS), help="run every stage once on this problem")
+    ap.add_argument("--ncu", nargs="+", choices=sorted(common.PROBLEMS), help="count every stage with ncu")
+    ap.add_argument("--problems", nargs="+", default=["conv1", "conv2"])
+    args = ap.parse_args()
+    if device.MODE != device.GPU:
+        sys.exit("this script needs a GPU (Numba's PTX and the CUDA C++ launches)")
+    if args.launch:
+        launch_all(args.launch)
+        return
+    if args.ncu:
+        for problem in args.ncu:
+            print(f"wrote {run_ncu(problem)}")
+        return
+    env = device.environment()
+    path = results.RESULTS / env["gpu_slug"] / "conv_counts.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = count_rows(args.problems)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {len(rows)} rows to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Every convolution stage against the float64 reference, and bad input rejected with a clear error.
+
+Numba stages run in the CUDA simulator on tiny odd problems; CUDA C++ stages are compiled here
+(registers, spills) and run only with -m gpu.
+"""
+import numpy as np
+import pytest
+
+from kernels.harness import check, device
+from kernels.conv import common, cuda_stages, model, s4_shared, s9_autotune, stages
+
+ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)      # no size a multiple of any tile
+SIM_STAGES = stages.simulator()
+
+
+@pytest.mark.parametrize("stage", SIM_STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("problem", [common.PROBLEMS["tiny"], ODD], ids=["tiny", "odd"])
+def test_stage_matches_reference(stage, problem):
+    check.assert_close(*_run(stage, problem, seed=None), atol=common.tolerance(problem), rtol=1e-5)
+
+
+def _run(stage, p, seed):
+    x, f = common.random_inputs(p, seed)
+    xs, fs = common.to_layout(x, f, stage.layout)
+    if stage.device:
+        xs, fs = device.xp().asarray(xs), device.xp().asarray(fs)
+    return common.output_to_nchw(common.run(stage, xs, fs), stage.layout), common.reference(x, f)
+
+
+def test_reference_against_direct_loops():
+    x, f = common.random_inputs(common.Problem("r", 2, 3, 4, 4, 5), seed=3)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((2, 4, 4, 5))
+    for n, k, h, w in np.ndindex(want.shape):
+        want[n, k, h, w] = np.sum(xp[n, :, h:h + 3, w:w + 3] * f[k])
+    np.testing.assert_allclose(common.reference(x, f), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_wrong_kernel_fails_the_check():
+    x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)
+    shifted = common.reference(x, f)
+    shifted[..., 1:] = shifted[..., :-1].copy()   # a classic off-by-one in the column index
+    assert not check.compare(shifted, common.reference(x, f), atol=1e-4, rtol=1e-5).ok
+
+
+def test_flops_and_problems():
+    assert common.PROBLEMS["conv1"].flops == 2 * 16 * 64 * 224 * 224 * 64 * 9
+    assert round(common.PROBLEMS["conv1"].flops / 1e9, 1) == 59.2
+    assert round(common.PROBLEMS["conv2"].flops / 1e9, 1) == 14.8
+
+
+STAGE = SIM_STAGES[2]  # COALESCING: NHWC
+
+
+@pytest.mark.parametrize("x_shape, f_shape, dtype, error, match", [
+    ((1, 7, 7, 3), (3, 3, 3, 5), np.float64, TypeError, "expected dtype float32"),
+    ((1, 7, 7, 3), (5, 5, 3, 5), np.float32, ValueError, "only 3x3 filters"),
+    ((1, 7, 7, 3), (3, 3, 4, 5), np.float32, ValueError, "4 input channels but the input has 3"),
+    ((7, 7, 3), (3, 3, 3, 5), np.float32, ValueError, "expected 4 dimensions"),
+    ((1, 7, 7, 0), (3, 3, 0, 5), np.float32, ValueError, "empty"),
+])
+def test_bad_input_is_rejected(x_shape, f_shape, dtype, error, match):
+    with pytest.raises(error, match=match):
+        common.run(STAGE, np.zeros(x_shape, dtype), np.zeros(f_shape, dtype))
+
+
+def test_nchw_data_given_to_an_nhwc_stage_is_caught():
+    x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)      # NCHW / KCRS
+    with pytest.raises(ValueError, match="only 3x3 filters"):
+        common.run(STAGE, x, f)
+
+
+def test_non_contiguous_input_and_wrong_output_are_rejected():
+    x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["tiny"], seed=0), "nhwc")
+    with pytest.raises(ValueError, match="C-contiguous"):
+        common.run(STAGE, x[:, ::-1], f)
+    with pytest.raises(ValueError, match="expected shape"):
+        common.launcher(STAGE, x, f, np.zeros((1, 7, 7, 4), np.float32))
+
+
+def test_cpu_stage_rejects_device_style_input():
+    with pytest.raises(TypeError, match="NumPy array"):
+        common.run(SIM_STAGES[0], [[1.0]], np.zeros((5, 3, 3, 3), np.float32))
+
+
+def test_vector_stages_name_their_channel_constraint():
+    x, f = common.to_layout(*common.random_inputs(common.Problem("c", 1, 6, 8, 5, 5), seed=0), "nhwc")
+    with pytest.raises(ValueError, match="C must be a multiple of 4, got C = 6"):
+        common.run(cuda_stages.S6, x, f)
+    x, f = common.to_layout(*common.random_inputs(common.Problem("k", 1, 8, 6, 5, 5), seed=0), "nhwc")
+    with pytest.raises(ValueError, match="K must be a multiple of 4, got K = 6"):
+        common.run(cuda_stages.S7, x, f)
+
+
+@pytest.mark.skipif(device.MODE == device.GPU, reason="checks the simulator's refusal")
+def test_cuda_cpp_stage_says_it_needs_a_gpu():
+    x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["odd4"], seed=0), "nhwc")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        common.run(cuda_stages.S5, x, f)
+
+
+@pytest.mark.parametrize("name, tile, match", [
+    ("REGISTER TILING", dict(BM=120, BN=64, BKC=8), "BM must be a multiple of 16"),
+    ("REGISTER TILING", dict(BM=128, BN=64, BKC=6), "BKC must be a multiple of 4"),
+    ("DOUBLE BUFFER", dict(BM=1024, BN=128, BKC=8), "32 to 1024"),
+    ("DOUBLE BUFFER", dict(BM=128, BN=64), "tile must set exactly"),
+    ("VECTORIZE & UNROLL", dict(BY=8, BN=32, TM=6, BKC=16), "TM must be a multiple of 4"),
+    ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=65), "SPLIT must be at most 64"),
+    ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=0), "positive integers"),
+])
+def test_bad_tiles_are_rejected(name, tile, match):
+    with pytest.raises(ValueError, match=match):
+        cuda_stages.stage(name, tile)
+
+
+def test_shared_stage_rejects_bad_blocks():
+    with pytest.raises(ValueError, match="at most 1024"):
+        s4_shared.stage(by=64, bn=32, tm=1, bkc=4)
+
+
+@pytest.mark.parametrize("name", list(cuda_stages.FILES))
+def test_cuda_cpp_stages_compile_without_spills(name):
+    for arch in ("sm_80", "sm_90"):
+        (res,) = cuda_stages.compile_info(name, arch=arch).resources
+        assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0, res
+
+
+def test_autotune_candidates_compile_without_spills():
+    tiles = {tuple(t.items()) for p in ("conv1", "conv2") for t in s9_autotune.candidates(common.PROBLEMS[p])}
+    assert tiles
+    for tile in tiles:
+        (res,) = cuda_stages.compile_info("SPLIT-K", dict(tile)).resources
+        assert res.spill_stores == 0, (tile, res)
+
+
+def test_autotune_splits_only_problems_with_few_blocks():
+    splits = {p: {t["SPLIT"] for t in s9_autotune.candidates(common.PROBLEMS[p])} for p in ("conv1", "conv2")}
+    assert splits["conv1"] == {1} and max(splits["conv2"]) > 1
+
+
+def test_split_k_counts_the_same_work_in_more_blocks():
+    p = common.PROBLEMS["conv2"]
+    one = model.sass_counts("SPLIT-K", p, dict(BM=128, BN=64, BKC=8, SPLIT=1))
+    three = model.sass_counts("SPLIT-K", p, dict(BM=128, BN=64, BKC=8, SPLIT=3))
+    assert three.fp32 == pytest.approx(one.fp32)
+    assert model.launch_shape("SPLIT-K", p, dict(BM=128, BN=64, BKC=8, SPLIT=3))[0] == 3 * 200
+
+
+def test_repeated_compiles_report_resources():
+    """NVRTC 13 left the ptxas report out of a second identical compile; compile_info must not."""
+    for _ in range(2):
+        assert len(cuda_stages.compile_info("REGISTER TILING").resources) == 1
+
+
+@pytest.mark.parametrize("name", list(cuda_stages.FILES))
+@pytest.mark.parametrize("problem", ["conv1", "conv2"])
+def test_sass_counts_cover_every_flop(name, problem):
+    """The SASS x trips count must find exactly one FFMA per multiply-add of the padded tiles."""
+    p = common.PROBLEMS[problem]
+    tile = cuda_stages.DEFAULTS[name]
+    c = model.sass_counts(name, p, tile)
+    assert c is not None
+    blocks, threads = model.launch_shape(name, p, tile)
+    bm = tile["BY"] * tile["TM"] if "BY" in tile else tile["BM"]
+    padded_macs = blocks // tile.get("SPLIT", 1) * bm * tile["BN"] * 9 * p.c   # slices share the work
+    assert c.fp32 * 32 == padded_macs
+    assert 0 < c.ldst < c.fp32 and c.other > 0
+
+
+# --- on a real GPU ------------------------------------------------------------------------------
+
+GPU_PROBLEMS = [common.PROBLEMS["odd4"], common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),
+                common.Problem("batch", n=3, c=8, k=132, h=5, w=7)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("stage", stages.all_gpu(), ids=lambda s: s.name)
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: p.name)
+def test_gpu_stage_matches_reference(stage, problem):
+    check.assert_close(*_run(stage, problem, seed=None), atol=common.tolerance(problem), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+def test_gpu_autotune_picks_a_correct_tile():
+    import cupy
+    p = GPU_PROBLEMS[1]
+    x, f = common.to_layout(*common.random_inputs(p), "nhwc")
+    x, f = cupy.asarray(x), cupy.asarray(f)
+    y = cupy.empty(common.shapes(p, "nhwc")[2], dtype=cupy.float32)
+    tiles = [t for t in s9_autotune.candidates(p) if t["BKC"] == 8][:2]
+    tiles += [dict(tiles[0], SPLIT=4)]
+    best, rows = s9_autotune.tune(x, f, y, p, tiles=tiles, repeat=3)
+    assert best in [{k: r[k] for k in s9_autotune.KEYS} for r in rows]
+    check.assert_close(*_run(s9_autotune.stage(best), p, seed=None), atol=common.tolerance(p), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("split", [2, 5, 64])
+def test_gpu_split_k_slices_add_up(split):
+    """More slices than steps leaves some slices empty; every split must still sum to the reference."""
+    p = GPU_PROBLEMS[1]
+    s = cuda_stages.stage("SPLIT-K", dict(BM=64, BN=32, BKC=8, SPLIT=split))
+    check.assert_close(*_run(s, p, seed=None), atol=common.tolerance(p), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+def test_gpu_misaligned_view_is_rejected():
+    import cupy
+    x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["odd4"], seed=0), "nhwc")
+    flat = cupy.zeros(x.size + 1, dtype=cupy.float32)
+    xs = flat[1:].reshape(x.shape)            # contiguous, but 4 bytes past a 16-byte boundary
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        common.run(cuda_stages.S6, xs, cupy.asarray(f))

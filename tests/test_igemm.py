@@ -1,0 +1,314 @@
+"""Implicit GEMM: the reference, the naive step in the simulator, argument validation, the bank
+arithmetic and the CUDA C++ steps' compiles on a CPU; every step against the reference on a GPU."""
+import numpy as np
+import pytest
+
+from kernels.harness import check, cuda_cpp, device, sass
+from kernels.igemm import banks
+from kernels.igemm import common as ig
+
+SIM_PROBLEMS = [
+    ig.CI_PROBLEM,
+    ig.FIRST_LAYER,                                   # C = 3
+    ig.Problem(n=1, h=7, w=5, c=8, k=6, stride=2),    # stride 2, output 4x3
+    ig.Problem(n=1, h=4, w=6, c=5, k=3, r=1, s=1, pad=0),
+    ig.Problem(n=1, h=5, w=5, c=2, k=4, r=5, s=3, pad=2),   # non-square filter
+]
+
+
+def direct_convolution(x, w, pad, stride):
+    """The definition, one output at a time in float64: checks the vectorized reference."""
+    n, h, wd, c = x.shape
+    k, r, s, _ = w.shape
+    p, q = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
+    y = np.zeros((n, p, q, k))
+    for b, i, j in np.ndindex(n, p, q):
+        for dr, ds in np.ndindex(r, s):
+            hh, ww = i * stride - pad + dr, j * stride - pad + ds
+            if 0 <= hh < h and 0 <= ww < wd:
+                y[b, i, j] += w[:, dr, ds, :].astype(np.float64) @ x[b, hh, ww].astype(np.float64)
+    return y
+
+
+@pytest.mark.parametrize("problem", SIM_PROBLEMS, ids=lambda p: p.label())
+def test_reference_matches_the_definition(problem, rng):
+    x, w = ig.random_inputs(problem, rng)
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride, dtype=np.float64)
+    assert ref.shape == problem.y_shape
+    check.assert_close(ref, direct_convolution(x, w, problem.pad, problem.stride), atol=1e-12)
+
+
+def test_reference_epilogue(rng):
+    p = ig.CI_PROBLEM
+    x, w = ig.random_inputs(p, rng)
+    bias = rng.uniform(-3, 3, p.k).astype(np.float32)
+    plain = ig.reference(x, w, dtype=np.float64)
+    fused = ig.reference(x, w, bias=bias, alpha=0.5, relu=True, dtype=np.float64)
+    check.assert_close(fused, np.maximum(0.5 * plain + bias, 0), atol=1e-12)
+
+
+@pytest.mark.parametrize("problem", SIM_PROBLEMS, ids=lambda p: p.label())
+def test_naive_step(problem, rng, xp):
+    x, w = ig.random_inputs(problem, rng, xp)
+    out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
+    ig.launcher(1, x, w, out, pad=problem.pad, stride=problem.stride)()
+    ref = ig.reference(check.to_host(x), check.to_host(w), pad=problem.pad, stride=problem.stride, dtype=np.float64)
+    result = ig.compare(out, ref, problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+def test_compare_catches_one_wrong_row(rng):
+    p = ig.CI_PROBLEM
+    x, w = ig.random_inputs(p, rng)
+    ref = ig.reference(x, w, dtype=np.float64)
+    out = ref.astype(np.float16)
+    assert ig.compare(out, ref, p).ok
+    out[1, 2, 3, :] = 0          # one output pixel lost: the norm barely moves, max|err| does
+    assert not ig.compare(out, ref, p).ok
+
+
+def test_problem_arithmetic():
+    m, n, k = ig.PROBLEM.gemm
+    assert (m, n, k) == (50176, 512, 2304)
+    assert ig.PROBLEM.flops == pytest.approx(118.4e9, rel=1e-3)
+    assert ig.PROBLEM.grid() == (392, 4)
+    assert ig.CI_PROBLEM.grid() == (1, 1)
+    assert ig.gemm_problem(32).gemm == (4096, 4096, 32)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        ig.gemm_problem(32, m=100)
+
+
+def test_shared_memory_budget():
+    assert ig.TILE_BYTES == 8320 and ig.STAGE_BYTES == 16640        # the source's 16.25 KB
+    assert ig.smem_bytes(4, 2) == 33280                              # the source's 32.5 KB
+    assert ig.smem_bytes(5, 2) == ig.EPILOGUE_BYTES > ig.smem_bytes(4, 2)
+    assert ig.smem_bytes(5, 4) == 4 * ig.STAGE_BYTES
+    assert ig.smem_bytes(6, 3) == 3 * 32768 + 1024 >= ig.EPILOGUE_BYTES + 1024   # output tile fits too
+    assert ig.smem_bytes(6, 5) <= 227 * 1024                          # Hopper's per-block limit
+
+
+def test_swizzle_is_conflict_free_and_a_permutation():
+    # The copy-in of step 6: lane t writes chunk t % 8 of row t / 8 (16 bytes each): 4 wavefronts.
+    assert banks.wavefronts([ig.swizzle128(t // 8, t % 8) for t in range(32)]) == 4
+    # The tensor cores read one 16-byte chunk of 8 consecutive rows: 8 different bank groups.
+    for chunk in range(8):
+        assert len({(ig.swizzle128(r, chunk) % 128) // 16 for r in range(8)}) == 8
+        assert banks.wavefronts([ig.swizzle128(r, chunk) for r in range(8)]) == 1
+    # Unswizzled, the same read hits one bank group 8 times.
+    assert banks.wavefronts([r * 128 + 16 * 3 for r in range(8)]) == 8
+    offsets = {ig.swizzle128(r, c) for r in range(16) for c in range(8)}
+    assert offsets == set(range(0, 16 * 128, 16))
+
+
+def test_head_tail_fit_recovers_a_line():
+    ks = np.array([32, 64, 128, 256, 512])
+    head, per_k = ig.fit_head_tail(ks, 0.02 + 0.001 * ks)
+    assert head == pytest.approx(0.02) and per_k == pytest.approx(0.001)
+    assert ig.k_half(head, per_k) == pytest.approx(20)
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+def _inputs(problem=ig.CI_PROBLEM):
+    return (np.zeros(problem.x_shape, np.float16), np.zeros(problem.w_shape, np.float16))
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_wrong_dtype_is_refused(step):
+    x, w = _inputs()
+    with pytest.raises(TypeError, match="float16"):
+        ig.validate(step, x.astype(np.float32), w)
+    with pytest.raises(TypeError, match="float16"):
+        ig.validate(step, x, w.astype(np.float32))
+
+
+def test_wrong_layouts_are_named():
+    x, w = _inputs()
+    with pytest.raises(ValueError, match="KCRS"):
+        ig.validate(2, x, np.ascontiguousarray(w.transpose(0, 3, 1, 2)))
+    with pytest.raises(ValueError, match="NCHW"):
+        ig.validate(2, np.ascontiguousarray(x.transpose(0, 3, 1, 2)), w)
+    with pytest.raises(ValueError, match="4 dimensions"):
+        ig.validate(2, x[0], w)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ig.validate(1, x[:, :, ::2], w)
+
+
+def test_first_layer_is_refused_by_the_tensor_core_steps_only():
+    x, w = _inputs(ig.FIRST_LAYER)
+    assert ig.validate(1, x, w) == ig.FIRST_LAYER
+    for step in (2, 3, 4, 5, 6):
+        with pytest.raises(ValueError, match="C = 3 is not a multiple of 8"):
+            ig.validate(step, x, w)
+    p = ig.Problem(n=1, h=5, w=5, c=8, k=12)
+    with pytest.raises(ValueError, match="K = 12 output channels"):
+        ig.validate(3, *_inputs(p))
+
+
+def test_bad_geometry_and_arguments():
+    x, w = _inputs()
+    with pytest.raises(ValueError, match="larger than the padded"):
+        ig.validate(1, x, np.zeros((4, 9, 9, 16), np.float16), pad=0)
+    with pytest.raises(ValueError, match="stride"):
+        ig.validate(1, x, w, stride=0)
+    with pytest.raises(ValueError, match="pad"):
+        ig.validate(1, x, w, pad=-1)
+    with pytest.raises(ValueError, match="step must be one of"):
+        ig.validate(7, x, w)
+    with pytest.raises(ValueError, match="expected shape"):
+        ig.validate(1, x, w, np.zeros((1, 2, 3, 4), np.float16))
+    with pytest.raises(ValueError, match="fused in steps"):
+        ig.validate(4, x, w, bias=np.zeros(ig.CI_PROBLEM.k, np.float32))
+    with pytest.raises(ValueError, match="fused in steps"):
+        ig.launcher(1, x, w, np.zeros(ig.CI_PROBLEM.y_shape, np.float16), relu=True)
+    with pytest.raises(TypeError, match="float32"):
+        ig.validate(5, x, w, bias=np.zeros(ig.CI_PROBLEM.k, np.float16))
+
+
+def test_pipeline_depth_is_checked():
+    x, w = _inputs()
+    out = np.zeros(ig.CI_PROBLEM.y_shape, np.float16)
+    with pytest.raises(ValueError, match="stages of step 6 must be an integer from 3 to 5"):
+        ig.launcher(6, x, w, out, stages=2)
+    with pytest.raises(ValueError, match="stages of step 4 must be an integer from 2 to 5"):
+        ig.launcher(4, x, w, out, stages=6)
+    with pytest.raises(ValueError, match="x_bypass_l1 rebuilds step 4 or 5 only"):
+        ig.launcher(6, x, w, out, x_bypass_l1=True)
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
+def test_cuda_steps_say_they_need_a_gpu():
+    x, w = _inputs()
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        ig.conv(3, x, w)
+
+
+# ---- bank arithmetic -----------------------------------------------------------------------------
+
+def test_bank_model_basics():
+    assert banks.banks(0) == [0, 1, 2, 3] and banks.banks(124) == [31, 0, 1, 2]
+    assert banks.wavefronts([16 * t for t in range(32)]) == 4           # contiguous: conflict-free
+    assert banks.wavefronts([0] * 32) == 4                               # one address: broadcast
+    assert banks.wavefronts([128 * t for t in range(32)]) == 32          # 8-way in every quarter
+
+
+def test_the_gap_makes_both_patterns_conflict_free():
+    t = {r["layout"]: r for r in banks.table()}
+    assert t["row-major, 64-byte rows"]["fragment read (ldmatrix.x4)"] == 16
+    assert t["4 blocks of 128x8, no gap"]["copy-in (st.shared.v4)"] == 16
+    src = t[banks.SOURCE_LAYOUT]
+    assert src["copy-in (st.shared.v4)"] == src["fragment read (ldmatrix.x4)"] == 4
+    assert banks.address(banks.SOURCE_LAYOUT, 0, 1) == 2080             # the source's 0, 2080, 4160, 6240
+
+
+# ---- CUDA C++: compiles on a CPU -----------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
+@pytest.mark.parametrize("step, stages", [(2, None), (3, None), (4, 2), (4, 4), (5, 2), (5, 4)])
+def test_steps_compile_without_spills(step, stages, arch):
+    options = () if stages is None else (f"-DSTAGES={stages}",)
+    compiled = cuda_cpp.compile_cubin(ig.STEPS[step][0], arch, options)
+    (res,) = compiled.resources
+    assert res.kernel == ig.STEPS[step][1]
+    # 128 accumulators per thread: a spill would put them in local memory inside the main loop.
+    assert res.spill_stores == 0 and res.spill_loads == 0, compiled.log
+    assert res.registers <= 255
+
+
+@pytest.mark.parametrize("stages", [3, 5])
+def test_wgmma_step_compiles_for_sm90a(stages):
+    compiled = cuda_cpp.compile_cubin(ig.STEPS[6][0], "sm_90a", (f"-DSTAGES={stages}",))
+    (res,) = compiled.resources
+    assert res.kernel == ig.STEPS[6][1]
+    assert res.spill_stores == 0 and res.spill_loads == 0, compiled.log
+    # 2 blocks of 256 threads per SM need <= 128 registers; a serialized wgmma pipeline is reported as C7510.
+    assert res.registers <= 128 and "C7510" not in compiled.log, compiled.log
+    if sass.available():
+        assert sass.opcodes(sass.disassemble(compiled))["HGMMA"] == 4    # 4 k16 slices of one K step
+
+
+@pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
+def test_wgmma_step_builds_empty_for_other_targets(arch):
+    (res,) = cuda_cpp.compile_cubin(ig.STEPS[6][0], arch, ("-DSTAGES=4",)).resources
+    assert res.kernel == ig.STEPS[6][1] and res.registers < 16      # the stub: the launcher never runs it
+
+
+# ---- GPU: every step against the reference -------------------------------------------------------
+
+GPU_PROBLEMS = list(ig.ODD_PROBLEMS) + [ig.CI_PROBLEM, ig.PROBLEM]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: p.label())
+@pytest.mark.parametrize("step", [2, 3, 4, 5, 6])
+def test_tensor_core_steps(step, problem, rng):
+    import cupy
+    x, w = ig.random_inputs(problem, rng, cupy)
+    out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride)
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+    result = ig.compare(out, ref, problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", ig.ODD_PROBLEMS[:2], ids=lambda p: p.label())
+def test_naive_step_on_gpu(problem, rng):
+    import cupy
+    x, w = ig.random_inputs(problem, rng, cupy)
+    out = ig.conv(1, x, w, pad=problem.pad, stride=problem.stride)
+    result = ig.compare(out, ig.reference(x, w, pad=problem.pad, stride=problem.stride), problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("step, stages, bypass", [(4, 2, False), (4, 4, False), (5, 2, False), (5, 4, False),
+                                                 (6, 3, False), (6, 5, False), (4, 3, True), (5, 3, True)])
+def test_pipeline_depths(step, stages, bypass, rng):
+    import cupy
+    problem = ig.ODD_PROBLEMS[0]
+    x, w = ig.random_inputs(problem, rng, cupy)
+    out = ig.conv(step, x, w, stages=stages, x_bypass_l1=bypass)
+    result = ig.compare(out, ig.reference(x, w), problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", [ig.ODD_PROBLEMS[0], ig.PROBLEM], ids=lambda p: p.label())
+@pytest.mark.parametrize("step", ig.EPILOGUE)
+def test_fused_epilogue(step, problem, rng):
+    import cupy
+    x, w = ig.random_inputs(problem, rng, cupy)
+    bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
+    out = ig.conv(step, x, w, bias=bias, alpha=0.75, relu=True)
+    ref = ig.reference(x, w, bias=bias, alpha=0.75, relu=True)
+    assert float((ref == 0).mean()) > 0.2     # ReLU really clamps some outputs
+    result = ig.compare(out, ref, problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+def test_cuda_steps_refuse_host_arrays():
+    x, w = _inputs()
+    with pytest.raises(TypeError, match="device array"):
+        ig.conv(4, x, w)
+
+
+@pytest.mark.gpu
+def test_bank_experiment_kernels_run():
+    rows = banks.measure(iters=64, blocks_per_sm=1, threads=128, repeat=2)
+    assert len(rows) == 2 * len(banks.LAYOUTS) and all(r["value"] > 0 for r in rows)
+
+
+@pytest.mark.gpu
+def test_cudnn_matches_the_reference(rng):
+    from kernels.igemm import cudnn_conv
+    if cudnn_conv.missing():
+        pytest.skip(cudnn_conv.missing())
+    import cupy
+    problem = ig.ODD_PROBLEMS[0]
+    x, w = ig.random_inputs(problem, rng, cupy)
+    conv = cudnn_conv.CudnnConv(problem)
+    out = check.poison(cupy.empty(problem.y_shape, dtype=cupy.float16))
+    conv.launcher(0, x, w, out)()
+    result = ig.compare(out, ig.reference(x, w), problem)
+    assert result.ok, f"{result} -- {result.detail}"

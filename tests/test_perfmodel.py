@@ -1,0 +1,123 @@
+"""The performance model's arithmetic and parsers, on fixed counts and hand-made SASS/ncu text."""
+import math
+
+import pytest
+
+from kernels.harness import perfmodel as pm
+
+
+def test_efficiency_matches_the_formula():
+    c, w = pm.Counts(fp32=64, ldst=4, other=10), pm.weights(fp32_rate=4.0, ldst_rate=1.0, other_rate=2.0)
+    assert (w.compute, w.ldst, w.other) == (1.0, 4.0, 2.0)
+    assert pm.efficiency(c, w) == pytest.approx(64 / (64 + 4 * 4 + 10 * 2))
+
+
+def test_efficiency_is_one_for_pure_fp32_and_falls_with_overhead():
+    w = pm.weights(4.0, 1.0, 2.0)
+    assert pm.efficiency(pm.Counts(10, 0, 0), w) == 1.0
+    assert pm.efficiency(pm.Counts(10, 1, 0), w) < pm.efficiency(pm.Counts(10, 0, 1), w) < 1.0
+
+
+def test_bad_counts_and_rates_are_rejected():
+    with pytest.raises(ValueError, match="ldst_rate must be positive"):
+        pm.weights(1.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="no instructions"):
+        pm.efficiency(pm.Counts(0, 0, 0), pm.weights(1, 1, 1))
+    with pytest.raises(ValueError, match=">= 0"):
+        pm.efficiency(pm.Counts(1, -1, 0), pm.weights(1, 1, 1))
+
+
+def test_occupancy_full_machine_and_tail():
+    # 4 waves exactly: no loss
+    assert pm.occupancy_ratio(blocks=4 * 132 * 2, sms=132, warps_per_block=8, resident_blocks=2) == 1.0
+    # 1.5 waves of one block per SM: the second wave is half empty
+    assert pm.occupancy_ratio(blocks=198, sms=132, warps_per_block=8, resident_blocks=1) == pytest.approx(198 / 264)
+
+
+def test_occupancy_too_few_blocks_and_warps():
+    # 66 blocks on 132 SMs: half the SMs idle (DIGEST 002's conv2 case)
+    assert pm.occupancy_ratio(blocks=66, sms=132, warps_per_block=8, resident_blocks=4) == pytest.approx(0.5)
+    # every SM holds one 2-warp block: half of its 4 schedulers have nothing to issue
+    assert pm.occupancy_ratio(blocks=132, sms=132, warps_per_block=2, resident_blocks=4) == pytest.approx(0.5)
+
+
+def test_blocks_per_sm_limits():
+    # registers: 256 threads x 128 registers = 32768 -> 2 blocks in 65536
+    assert pm.blocks_per_sm(256, 128, 0) == 2
+    # shared memory: 100 KB + 1 KB reserved per block in 228 KB -> 2
+    assert pm.blocks_per_sm(64, 32, 100 * 1024) == 2
+    # threads: 1024-thread blocks, 2048 per SM
+    assert pm.blocks_per_sm(1024, 16, 0) == 2
+    # register granularity: 130 registers round up to 136 per thread (256 per warp granule)
+    assert pm.blocks_per_sm(128, 130, 0) == 65536 // (math.ceil(130 * 32 / 256) * 256 * 4)
+
+
+def test_predict_compute_and_memory_bound():
+    w = pm.weights(4.0, 1.0, 2.0)
+    p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0)
+    assert p.gflops == pytest.approx(1000.0) and p.bound == "compute"
+    p = pm.predict(1e9, pm.Counts(64, 4, 10), w, peak_gflops=1000.0, occupancy=0.5)
+    assert p.gflops == pytest.approx(1000.0 * 64 / 100 * 0.5)
+    p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, bytes_moved=1e9, bandwidth_gbps=100.0)
+    assert p.bound == "memory" and p.ms == pytest.approx(10.0)
+
+
+SASS = """
+//--------------------- .text.k                  --------------------------
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+        /*0020*/                   LDS.128 R4, [R2] ;
+.L_x_0:
+        /*0030*/                   FFMA R8, R4, R5, R8 ;
+        /*0040*/                   FFMA R9, R4, R6, R9 ;
+        /*0050*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0060*/               @P0 BRA `(.L_x_0) ;
+        /*0070*/                   STG.E [R10.64], R8 ;
+        /*0080*/               @P1 BRA `(.L_x_1) ;
+        /*0090*/                   EXIT ;
+.L_x_2:
+        /*00a0*/                   BRA `(.L_x_2);
+        /*00b0*/                   NOP;
+"""
+
+
+def test_parse_sass_classifies_and_drops_the_tail():
+    ins = pm.parse_sass(SASS)
+    assert [i.base for i in ins][:3] == ["MOV", "S2R", "LDS"] and ins[2].opcode == "LDS.128"
+    assert ins[-1].opcode == "BRA" and ins[-1].label == ".L_x_2"  # the trap; the NOP is gone
+    assert pm.static_counts(ins) == pm.Counts(fp32=2, ldst=2, other=7)
+
+
+def test_loops_and_trip_counts():
+    ins = pm.parse_sass(SASS)
+    loops = pm.find_loops(ins)
+    assert [(l.start, l.end, l.depth) for l in loops] == [(0x20, 0x80, 0), (0x30, 0x60, 1)]
+    c = pm.sass_counts(ins, [5, 7])  # outer 5 times, inner 7 times per outer iteration
+    assert c.fp32 == 2 * 5 * 7
+    assert c.ldst == 5 + 5 + 0      # LDS.128 and STG once per outer iteration
+    assert c.other == 2 + 2 * 5 * 7 + 5 + 1 + 1   # MOV, S2R; IADD3+BRA inner; outer BRA; EXIT; trap
+    with pytest.raises(ValueError, match="2 loops but 1 trip"):
+        pm.sass_counts(ins, [5])
+
+
+NCU = """==PROF== Connected to process 1
+PASS something the program printed
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed.sum","inst","1,000,000"
+"0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__sass_thread_inst_executed_op_fp32_pred_on.sum","inst","19,200,000"
+"0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__sass_thread_inst_executed_op_memory_pred_on.sum","inst","3,200,000"
+"""
+
+
+def test_read_ncu_csv():
+    counts = pm.read_ncu_csv(NCU)
+    assert counts == {"conv_double_buffer": pm.Counts(fp32=600_000, ldst=100_000, other=300_000)}
+
+
+def test_read_ncu_csv_rejects_missing_metrics_and_headers():
+    with pytest.raises(ValueError, match="no ncu CSV header"):
+        pm.read_ncu_csv("nothing here")
+    partial = "\n".join(NCU.splitlines()[:-1])
+    with pytest.raises(ValueError, match="lacks"):
+        pm.read_ncu_csv(partial)

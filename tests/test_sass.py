@@ -1,0 +1,47 @@
+"""kernels/harness/sass.py: parsing, counting, loops -- on a real cubin where a disassembler exists."""
+import pytest
+
+from kernels.harness import cuda_cpp, sass
+
+TEXT = """
+//--------------------- .text.k                  --------------------------
+        .global         k
+k:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   ULDC.64 UR4, c[0x0][0x208] ;
+.L_x_1:
+        /*0020*/                   FFMA R2, R2, R3, UR4 ;
+        /*0030*/                   LDG.E.64 R4, desc[UR4][R4.64] ;
+        /*0040*/               @P0 BRA `(.L_x_1) ;
+        /*0050*/                   STL [R1], R2 ;
+        /*0060*/                   EXIT ;
+"""
+
+
+def test_parse_counts_and_loops_on_text():
+    ins = sass.parse(TEXT)["k"]
+    assert [i.opcode for i in ins] == ["LDC", "ULDC.64", "FFMA", "LDG.E.64", "BRA", "STL", "EXIT"]
+    assert ins[4].predicate == "@P0" and ins[2].label == ".L_x_1"
+    c = sass.counts(ins)
+    assert c["FFMA"] == 1 and c["global load"] == 1 and c["local store (spill)"] == 1
+    assert c["uniform datapath"] == 3  # ULDC, and FFMA / LDG reading UR4
+    (body,) = sass.loops(ins)
+    assert [i.base for i in body] == ["FFMA", "LDG", "BRA"]
+
+
+def test_missing_kernel_is_a_clear_error():
+    if not sass.available():
+        pytest.skip("no nvdisasm/cuobjdump: pip install nvidia-cuda-nvdisasm")
+    compiled = cuda_cpp.compile_cubin("machine/smem_read.cu", "sm_90")
+    with pytest.raises(ValueError, match="no kernel 'nope'"):
+        sass.disassemble(compiled, "nope")
+    ins = sass.disassemble(compiled, "smem_read")
+    assert sass.counts(ins)["shared load"] >= 1 and sass.loops(ins)
+
+
+def test_unavailable_tool_raises(monkeypatch):
+    monkeypatch.setattr(sass, "_tool_dirs", lambda: [])
+    monkeypatch.setattr(sass.shutil, "which", lambda name: None)
+    assert not sass.available()
+    with pytest.raises(sass.SassUnavailable, match="nvdisasm"):
+        sass.find_tool()
