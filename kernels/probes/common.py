@@ -1,0 +1,214 @@
+"""What the probes share: compiling and loading their CUDA C++ (with arch.cuh on the include path),
+the SM clock, the parameter checks that run before any launch, and the row format.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from ..harness import cuda_cpp, device
+
+HERE = Path(__file__).resolve().parent
+CHAPTER = "probes"
+# Limits of every CUDA GPU since compute capability 2.0 (programming guide, "Technical Specifications").
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+
+
+def options(defines: dict | None = None) -> tuple:
+    """NVRTC -D options (cuda_cpp already puts the source's folder, hence arch.cuh, on the include path)."""
+    return tuple(f"-D{k}={v}" for k, v in (defines or {}).items())
+
+
+def build(name: str, arch: str = "sm_90", defines: dict | None = None) -> cuda_cpp.Compiled:
+    """Compile ``kernels/probes/<name>`` with NVRTC (works without a GPU)."""
+    return cuda_cpp.compile_cubin(HERE / name, arch, options(defines))
+
+
+def load(name: str, function: str, defines: dict | None = None):
+    """Load one kernel of ``kernels/probes/<name>`` through CuPy (needs a GPU), once per session."""
+    return _load(name, function, tuple(sorted((defines or {}).items())))
+
+
+@lru_cache(maxsize=None)
+def _load(name: str, function: str, defines: tuple):
+    return cuda_cpp.load(HERE / name, function, options(dict(defines)))
+
+
+def require_gpu(what: str):
+    if not device.on_gpu():
+        raise RuntimeError(f"{what} needs a GPU; in the simulator the probe is compiled only")
+
+
+def positive_int(value, name: str, *, maximum: int | None = None) -> int:
+    """An integer >= 1 (and <= maximum), or a ValueError naming the constraint."""
+    if isinstance(value, bool) or int(value) != value:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return int(value)
+
+
+def block_shape(shape) -> tuple:
+    """A block shape (x, y, z) within the device's limits, padded with 1s."""
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if not 1 <= len(shape) <= 3:
+        raise ValueError(f"a block has 1 to 3 dimensions, got {shape}")
+    shape = shape + (1,) * (3 - len(shape))
+    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM):
+        positive_int(size, f"block.{axis}", maximum=limit)
+    threads = shape[0] * shape[1] * shape[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"a block of {shape} has {threads} threads; the device allows at most "
+                         f"{MAX_THREADS_PER_BLOCK}")
+    return shape
+
+
+def free_gpu_bytes() -> int | None:
+    """Free GPU memory now (None without a GPU)."""
+    if not device.on_gpu():
+        return None
+    import cupy
+    return int(cupy.cuda.runtime.memGetInfo()[0])
+
+
+def working_set(nbytes, name: str = "working set", *, copies: int = 1) -> int:
+    """A buffer size that fits in free GPU memory (``copies`` buffers of it must fit)."""
+    nbytes = positive_int(nbytes, name)
+    free = free_gpu_bytes()
+    if free is not None and copies * nbytes > 0.9 * free:
+        raise ValueError(f"{name} of {nbytes / 2**20:.1f} MiB (x{copies}) is larger than the GPU's free "
+                         f"memory ({free / 2**20:.0f} MiB, keeping 10% spare)")
+    return nbytes
+
+
+@lru_cache(maxsize=None)
+def sms() -> int:
+    return device.properties()["sms"]
+
+
+def number(problem: str) -> int:
+    """The first integer in a results row's problem text ("block 16x16x1" -> 16, "stride 64 B" -> 64)."""
+    import re
+    m = re.search(r"\d+", problem)
+    if not m:
+        raise ValueError(f"no number in {problem!r}")
+    return int(m.group())
+
+
+def row(kernel: str, problem: str, metric: str, value: float, unit: str, **extra) -> dict:
+    """One results row (the harness's results.record columns)."""
+    return {"kernel": kernel, "problem": problem, "metric": metric, "value": float(value), "unit": unit, **extra}
+
+
+_clock_mhz: float | None = None
+
+
+def clock_mhz() -> float:
+    """The SM clock measured by the clock probe (``memory.run_clock``), measured once per session."""
+    global _clock_mhz
+    if _clock_mhz is None:
+        from .memory import run_clock
+        _clock_mhz = next(r["value"] for r in run_clock() if r["metric"] == "sm clock")
+    return _clock_mhz
+
+
+# --- seeds and the results table -----------------------------------------------------------------
+
+SEEDS = HERE.parents[1] / "data" / "seeds"
+MI25_CUS, MI25_LANES_PER_CU = 64, 64  # source 003: 64 compute units of 4 x 16-lane SIMDs
+LANES_PER_SM = 128  # FP32 lanes per SM of sm_90 (kernels/harness/ceilings.py FP32_LANES_PER_SM)
+
+
+def seeds(name: str) -> list[dict]:
+    """Rows of data/seeds/<name>.csv (probes_mi25, probes_hopper_published)."""
+    import csv
+    with (SEEDS / f"{name}.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _pick(rows, kernel: str, metric: str, problem: str | None = None) -> float | None:
+    hits = [float(r["value"]) for r in rows if r["kernel"] == kernel and r["metric"] == metric
+            and (problem is None or r["problem"] == problem)]
+    return hits[-1] if hits else None
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def summary(rows: list[dict], sms: int | None = None) -> list[dict]:
+    """The chapter's one table: our number, the MI25's, the published Hopper range, and a verdict.
+
+    ``rows``: our results rows (measured now or stored); ``sms``: the GPU's SM count (for the tail)."""
+    mi25, pub = seeds("probes_mi25"), {r["metric"]: r for r in seeds("probes_hopper_published")}
+    fma_best = max([float(r["value"]) for r in rows if r["kernel"] in ("fma v0 chain", "fma v1 unroll 100", "fma v2 double loop")
+                    and r["metric"] == "FMA per cycle per SM"], default=None)
+    launch_best = max([float(r["value"]) for r in rows if r["kernel"] == "launch"], default=None)
+    tail = None
+    if sms:
+        t = {number(r["problem"]): float(r["value"]) for r in rows if r["kernel"] == "fma tail" and r["metric"] == "time"}
+        tail = _ratio(t.get(sms + 1), t.get(sms))
+    sms_ = sms or None
+    fma_v3 = max([float(r["value"]) for r in rows if r["kernel"] == "fma v3 immediate"
+                  and r["metric"] == "FMA per cycle per SM"], default=None)
+    channel = [float(r["value"]) for r in rows if r["kernel"] == "strided lines"]
+    bn = {r["kernel"]: float(r["value"]) for r in rows if r["kernel"].startswith("batchnorm") and r["metric"] == "throughput"
+          and r["problem"].endswith("TPC 4")}
+    bn3 = next((float(r["value"]) for r in rows if r["kernel"] == "batchnorm v0 three passes"
+                and r["metric"] == "throughput"), None)
+    entries = [
+        ("SM clock", _pick(rows, "clock", "sm clock"), 1536.0, "MHz", None),
+        ("launch: best threads per cycle, whole GPU", launch_best,
+         _pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), "threads/cycle", None),
+        ("launch: best threads per cycle per SM (CU)", _ratio(launch_best, sms_),
+         _ratio(_pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), MI25_CUS), "threads/cycle/SM", None),
+        ("FMA per cycle per SM (CU), one chain per thread", fma_best,
+         _pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), "FMA/cycle/SM", None),
+        ("FMA per cycle per lane, one chain per thread", _ratio(fma_best, LANES_PER_SM),
+         _ratio(_pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), MI25_LANES_PER_CU),
+         "FMA/cycle/lane", None),
+        ("FMA per cycle per lane, no bank conflict (v3)", _ratio(fma_v3, LANES_PER_SM), None, "FMA/cycle/lane", None),
+        ("tail: time(SMs + 1 blocks) / time(SMs)", tail, 21.383 / 10.963, "ratio", None),
+        ("divergent / plain FMA rate", _ratio(_pick(rows, "fma divergent", "FMA per cycle per SM"),
+                                              _pick(rows, "fma v0 chain", "FMA per cycle per SM", f"{sms} x 1024 threads")),
+         21 / 44, "ratio", None),
+        ("L1 hit latency", _pick(rows, "chase", "L1 hit latency"), _pick(mi25, "chase", "L1 hit latency"), "cycles",
+         "L1 hit latency"),
+        ("L2 hit latency (near)", _pick(rows, "chase", "L2 hit latency"), _pick(mi25, "chase", "L2 hit latency"),
+         "cycles", "L2 hit latency"),
+        ("L2 hit latency (far)", _pick(rows, "chase", "L2 far latency"), None, "cycles", "L2 far latency"),
+        ("HBM latency", _pick(rows, "chase", "HBM latency"), _pick(mi25, "chase", "HBM latency"), "cycles", "HBM latency"),
+        ("shared-memory latency", _pick(rows, "smem chase", "shared-memory latency"),
+         _pick(mi25, "smem chase", "shared-memory latency"), "cycles", None),
+        ("bank conflicts: stride 16 / stride 1", _ratio(_pick(rows, "smem banks", "latency", "stride 16"),
+                                                        _pick(rows, "smem banks", "latency", "stride 1")),
+         115 / 87, "ratio", None),
+        ("NCHW index bandwidth", _pick(rows, "nchw index", "bandwidth", "N*H*W = 1024x56x56"),
+         _pick(mi25, "nchw index", "bandwidth"), "GB/s", None),
+        ("channels: worst / best stride GB/s", _ratio(min(channel, default=None), max(channel, default=None)),
+         90 / 359, "ratio", None),
+        ("sin (fp64): cycles per call, one warp's chain", _pick(rows, "math", "latency", "sin (fp64)"),
+         _pick(mi25, "math", "cycles per call"), "cycles", None),
+        ("padding 16 ch: constant / local-memory GB/s",
+         _ratio(*[_pick([r for r in rows if r["problem"].endswith(" 16 ch/thread")], k, "bandwidth")
+                  for k in ("padding v2 constant", "padding v0 local")]), 450 / 144, "ratio", None),
+        ("reduction: tree 4 / tree 2 time", _ratio(_pick(rows, "reduce tree 4", "time"), _pick(rows, "reduce tree 2", "time")),
+         2.82 / 4.80, "ratio", None),
+        ("BatchNorm: 1 pass (4 threads/column) / 3 passes", _ratio(bn.get("batchnorm v2 registers"), bn3),
+         32 / 22, "ratio", None),
+    ]
+    out = []
+    for name, ours, theirs, unit, published in entries:
+        entry = {"probe": name, "ours": ours, "MI25": theirs if theirs is not None else "--", "unit": unit,
+                 "published Hopper": "--", "verdict": "--"}
+        if published and published in pub:
+            low, high = float(pub[published]["low"]), float(pub[published]["high"])
+            entry["published Hopper"] = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+            if ours is not None:
+                entry["verdict"] = "agrees (within 15%)" if 0.85 * low <= ours <= 1.15 * high else "differs: see text"
+        out.append(entry)
+    return out

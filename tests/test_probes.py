@@ -1,0 +1,270 @@
+"""Hardware probes: sources compile (NVRTC), the SASS shows what each probe relies on, the pure
+models and chain builders are right, bad parameters fail before launch, and (simulator) the
+reductions match float64. GPU-marked tests check the CUDA C++ probes' outputs on a real GPU."""
+import math
+
+import numpy as np
+import pytest
+
+from kernels.harness import check, device, sass
+from kernels.probes import batchnorm, common, compute, memory, nchw, reduction
+
+SOURCES = sorted(p.name for p in common.HERE.glob("*.cu"))
+needs_sass = pytest.mark.skipif(not sass.available(), reason="no nvdisasm/cuobjdump (pip install nvidia-cuda-nvdisasm)")
+cpu_only = pytest.mark.skipif(device.on_gpu(), reason="checks the CPU path")
+
+
+@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_probe_compiles(name, arch):
+    compiled = common.build(name, arch)
+    assert compiled.resources, f"{name}: ptxas reported no kernel"
+
+
+@needs_sass
+def test_chase_loads_are_dependent_global_loads():
+    for kernel, opcode in (("chase", "LDG.E.64"), ("chase_l2", "LDG.E.64.STRONG.GPU")):
+        body = compute.hot_loop(sass.disassemble(common.build("chase.cu"), kernel), "LDG")
+        loads = [i for i in body if i.base == "LDG"]
+        assert len(loads) >= 8 and all(i.opcode == opcode for i in loads)
+        # each load's address register is the destination of the load before it
+        for prev, nxt in zip(loads, loads[1:]):
+            assert nxt.operands.split("[")[-1].startswith(prev.operands.split(",")[0])
+
+
+@needs_sass
+def test_fma_loops_have_the_expected_shape():
+    report = {r["variant"]: r for r in compute.fma_loop_report()}
+    assert report["v1 unroll 100"]["FFMA in loop"] == 100
+    assert report["v2 double loop"]["FFMA in loop"] == 100
+    assert 0 < report["v0 chain"]["FFMA in loop"] < 100
+    # divergence: twice as many FMA loops as the swapped version (both paths are compiled)
+    assert report["divergent"]["FFMA loops"] == 2 * report["swapped"]["FFMA loops"]
+    # the register-bank story: v2's FFMAs all collide, v3's (immediate addend) none, v4's fewer
+    assert report["v2 double loop"]["bank-conflicted FFMA"] == 100
+    assert report["v3 immediate"]["bank-conflicted FFMA"] == 0
+    assert report["v4 two chains"]["bank-conflicted FFMA"] < 100
+    assert report["v3 immediate"]["predicted FMA/cycle/SM"] > 1.8 * report["v2 double loop"]["predicted FMA/cycle/SM"]
+
+
+@needs_sass
+def test_math_functions_sass():
+    rows = {r["function"]: r for r in compute.math_report()}
+    assert rows["FFMA (baseline)"]["instructions per step"] == 1
+    assert rows["__sinf"]["MUFU"] == 1 and rows["sinf"]["instructions per step"] > 4 * rows["__sinf"]["instructions per step"]
+    assert rows["sin (fp64)"]["FP64 (DFMA/DMUL/DADD)"] > 5 and rows["sin (fp64)"]["MUFU"] == 0
+    assert rows["expf(a) * expf(b)"]["MUFU"] == 2 * rows["expf(a + b)"]["MUFU"]
+    assert rows["x < b * b"]["MUFU"] == 0 < rows["sqrtf(x) < b"]["MUFU"]
+
+
+@pytest.mark.parametrize("name", list(compute.MATH_FUNCS))
+def test_math_reference_is_a_fixed_point_iteration(name):
+    x = compute.math_reference(name, 64, 200)
+    assert np.all(np.isfinite(x)) and np.all((x >= 0) & (x <= 2))
+
+
+@needs_sass
+def test_padding_v0_uses_local_memory_and_v2_does_not():
+    def local(version, defines=None):
+        c = sass.counts(sass.disassemble(common.build(memory.PADDING_FILES[version], defines=defines), "pad"))
+        return c["local store (spill)"] + c["local load (spill)"]
+    assert local("v0 local") > 0
+    assert local("v1 runtime") == 0
+    assert all(local("v2 constant", {"CHANNELS": k}) == 0 for k in (1, 4, 16))
+
+
+@needs_sass
+def test_uniform_kernel_uses_uniform_datapath_and_constant_operands():
+    rows = {r["kernel"]: r for r in compute.uniform_report()}
+    assert rows["poly_uniform"]["FFMA with UR/c[] operand"] > 0
+    assert rows["poly_per_thread"]["FFMA with UR/c[] operand"] == 0
+
+
+def test_batchnorm_registers_grow_as_threads_per_column_shrink():
+    regs = {r["threads per column"]: r["registers"] for r in batchnorm.resources() if r["version"] == "v2 registers"}
+    assert regs[1] > regs[2] > regs[4] and regs[1] >= 128
+
+
+def test_batchnorm_reference():
+    x = np.random.default_rng(3).standard_normal((16, 5)) * 3 + 2
+    y = batchnorm.reference(x)
+    assert np.allclose(y.mean(axis=0), 0, atol=1e-12) and np.allclose(y.var(axis=0), 1, atol=1e-5)
+
+
+def test_channel_strides_include_padded_powers_of_two():
+    s = memory.channel_strides()
+    assert 128 in s and 16384 in s and 16384 + 128 in s and all(v % 64 == 0 for v in s)
+
+
+def test_register_limit_and_spills():
+    rows = compute.register_report((64, 320))
+    small, big = rows
+    assert 64 <= small["registers"] < 255 and small["spill stores (B)"] == 0
+    assert big["registers"] == 255 and big["spill stores (B)"] > 0
+    assert small["warps per SM"] > big["warps per SM"]
+
+
+def test_warps_per_sm_model():
+    assert compute.warps_per_sm(32) == 64
+    assert compute.warps_per_sm(64) == 32
+    assert compute.warps_per_sm(255) == 8    # 256 per thread -> 8192 per warp
+    with pytest.raises(ValueError, match="<= 255"):
+        compute.warps_per_sm(256)
+
+
+def test_bank_ways():
+    assert [memory.bank_ways(s) for s in (1, 2, 3, 4, 8, 16, 32, 33)] == [1, 2, 1, 4, 8, 16, 32, 1]
+    assert all(memory.bank_ways(s) == math.gcd(s, 32) for s in range(1, 34))
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+def test_chain_order_is_one_cycle(order):
+    nxt = memory.chain_order(1000, order, seed=1)
+    seen, i = set(), 0
+    for _ in range(1000):
+        seen.add(i)
+        i = nxt[i]
+    assert i == 0 and len(seen) == 1000
+
+
+def test_fma_reference_matches_a_float32_loop():
+    threads, block, iters = 70, 35, 300
+    for swap in (False, True):
+        x = np.arange(threads)
+        t0 = x.astype(np.float32) / (x + 1).astype(np.float32)
+        t1 = np.full(threads, np.float32(1) / np.float32(1e8), dtype=np.float32)
+        if swap:
+            lane0 = (x % block) % 32 == 0
+            t0[lane0], t1[lane0] = t1[lane0].copy(), t0[lane0].copy()
+        s = np.zeros(threads, np.float32)
+        for _ in range(iters):
+            s = t0 * s + t1
+        ref = compute.fma_reference(threads, block, iters, swap_lane0=swap)
+        assert np.allclose(s, ref, rtol=1e-4, atol=1e-9)
+
+
+def test_tail_blocks_bracket_the_sm_count():
+    b = compute.tail_blocks(132)
+    assert {1, 131, 132, 133, 264, 265} <= set(b) and max(b) == 265
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda: compute.run_launch_rate([(2048,)]), "block.x must be <= 1024"),
+    (lambda: compute.run_launch_rate([(32, 32, 2)]), "at most 1024"),
+    (lambda: compute.run_launch_rate([(1, 1, 65)]), "block.z must be <= 64"),
+    (lambda: compute.run_launch_rate([(0,)]), "block.x must be >= 1"),
+    (lambda: compute.run_fma(["v0 chain"], [2048]), "block.x must be <= 1024"),
+    (lambda: compute.run_fma(["v2 double loop"], [128], iters=150), "multiple of 100"),
+    (lambda: compute.run_fma(["v9"], [128]), "variant must be one of"),
+    (lambda: compute.run_fma_tail([0]), "blocks must be >= 1"),
+    (lambda: memory.run_cache_line([0]), "stride must be >= 1"),
+    (lambda: memory.run_cache_line([12]), "multiple of 8"),
+    (lambda: memory.run_latency_sweep([64], stride=128), "at least one stride"),
+    (lambda: memory.run_bank_conflicts([0]), "stride must be >= 1"),
+    (lambda: memory.run_padding(["v0 local"], [32]), "channels must be <= 16"),
+    (lambda: memory.run_padding(["v0 local"], [3]), "multiple of channels"),
+    (lambda: nchw.run_nchw((4096, 4096, 56, 56)), "overflows"),
+    (lambda: nchw.run_nchw((16384, 64, 56, 56)), "overflows"),
+    (lambda: memory.run_mem_divergence([32]), "divergence is a lane mask"),
+    (lambda: memory.run_channels([0]), "stride must be >= 1"),
+    (lambda: memory.run_channels([100]), "multiple of 64"),
+    (lambda: compute.run_math(["tanf"]), "math function must be one of"),
+    (lambda: compute.run_math(["sinf"], latency_iters=100), "multiple of 8"),
+    (lambda: batchnorm.run_batchnorm([("v2 registers", 3)]), "threads per column must be one of"),
+    (lambda: batchnorm.run_batchnorm([("v2 registers", 32)], batch=48), "multiple of threads per column"),
+    (lambda: batchnorm.run_batchnorm([("v3", 1)]), "version must be one of"),
+    (lambda: batchnorm.run_batchnorm([("v0 three passes", 1)], batch=2**16, pixels=2**16), "< 2\\^31"),
+    (lambda: reduction.block_sums("tree 1", np.zeros(4, np.float32), np.zeros(1, np.float32), 4), "fan_in"),
+    (lambda: reduction.block_sums("shuffle", np.zeros(40, np.float32), np.zeros(1, np.float32), 40), "multiple of 32"),
+])
+def test_bad_parameters_fail_before_launch(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad()
+
+
+def test_working_set_larger_than_gpu_memory(monkeypatch):
+    monkeypatch.setattr(common, "free_gpu_bytes", lambda: 80 * 2**30)
+    with pytest.raises(ValueError, match="larger than the GPU's free memory"):
+        memory.run_latency_sweep([200 * 2**30])
+    with pytest.raises(ValueError, match="larger than the GPU's free memory"):
+        memory.run_padding(["v0 local"], [16], shape=(65535, 4096, 7, 7))
+    with pytest.raises(ValueError, match="footprint .* larger than the GPU's free memory"):
+        memory.run_channels([2**20], lines=2**18)
+
+
+@cpu_only
+def test_good_parameters_need_a_gpu_on_the_cpu():
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        compute.run_launch_rate([(256,)])
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        memory.run_cache_line([64])
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        compute.run_math(["sinf"])
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        batchnorm.run_batchnorm([("v1 two passes", 1)], pixels=100)
+
+
+# The simulator has no warp shuffles, so the shuffle version is checked on a GPU only.
+@pytest.mark.parametrize("variant", [v if v != "shuffle" else pytest.param(v, marks=pytest.mark.gpu)
+                                     for v in reduction.variants()])
+def test_block_sums_match_float64(variant, rng):
+    block, n = 64, 64 * 3 + 17  # a partial last block
+    x = rng.random(n, dtype=np.float32)
+    xp = device.xp()
+    xd = xp.asarray(x)
+    partial = check.poison(xp.empty(math.ceil(n / block), dtype=np.float32))
+    reduction.block_sums(variant, xd, partial, block)
+    check.assert_close(partial, reduction.reference(x, block), atol=reduction.tolerance(block), name=variant)
+
+
+def test_nchw_reference():
+    ref = nchw.reference((2, 3, 2, 2))
+    assert ref.tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+
+
+# --- on a GPU -----------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", list(compute.FMA_KERNELS))
+def test_fma_probes_compute_the_chain(variant):
+    assert compute.check_fma(variant, threads=96, blocks=3, iters=1000).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version, channels", [("v0 local", 4), ("v1 runtime", 8), ("v2 constant", 16),
+                                               ("v2 constant", 1)])
+def test_padding_matches_numpy(version, channels):
+    assert memory.check_padding(version, channels, shape=(3, 16, 5, 7), p=2).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(compute.MATH_FUNCS))
+def test_math_chains_match_float64(name):
+    assert compute.check_math(name).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version, tpc", [("v0 three passes", 1), ("v1 two passes", 1)]
+                         + [("v2 registers", k) for k in batchnorm.THREADS_PER_COLUMN])
+def test_batchnorm_matches_float64(version, tpc):
+    assert batchnorm.check_batchnorm(version, tpc, pixels=333).ok  # 333: a partial last warp
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("divergence", [0, 1, 31])
+def test_divergent_stores_write_every_element(divergence):
+    assert memory.check_mem_divergence(divergence, n=1000).ok
+
+
+@pytest.mark.gpu
+def test_nchw_matches_numpy():
+    assert nchw.check_nchw((3, 5, 7, 9), block=64).ok
+
+
+@pytest.mark.gpu
+def test_latency_probes_give_plausible_cycles():
+    clock = memory.run_clock(spin=2**22)[0]["value"]
+    assert 200 < clock < 5000  # MHz
+    rows = {r["metric"]: r["value"] for r in memory.run_hit_latencies(steps=1024)}
+    assert 0 < rows["L1 hit latency"] < rows["L2 hit latency"] < rows["HBM latency"]
+    assert memory.run_smem_latency(steps=512)[0]["value"] < rows["L2 hit latency"]
