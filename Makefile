@@ -14,12 +14,13 @@ UPDATE ?= 0
 
 CHAPTERS = $(shell ls notebooks/*.ipynb | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
 
-.PHONY: help book test gpu-test rerun rerun-all clean
+.PHONY: help book test gpu-test rerun rerun-all clean browser book-check
 
 help:
 	@echo "make book                 build the HTML book from the notebooks' stored outputs"
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
 	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
+	@echo "make book-check           the built book in headless Chromium (installs Debian's chromium if missing)"
 	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook)"
 	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
 
@@ -30,13 +31,20 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
+# BOOK_REPOSITORY_URL (e.g. https://github.com/you/gpu-kernel-labbook), once the book is published:
+# the Colab launch buttons and the repository link, through build/_config.yml (book/teachers.md).
+BOOK_REPOSITORY_URL ?=
+BOOK_CONFIG := $(if $(BOOK_REPOSITORY_URL),--config build/_config.yml,)
+
 book: $(SETUP)
 	rm -rf _build
-	$(PYTHON) -c "from jupyter_book.cli.main import main; main()" build . --warningiserror --nitpick --keep-going --quiet
+	$(PYTHON) scripts/results_page.py
+	$(if $(BOOK_REPOSITORY_URL),$(PYTHON) scripts/book_config.py "$(BOOK_REPOSITORY_URL)" build/_config.yml,)
+	$(PYTHON) -c "from jupyter_book.cli.main import main; main()" build . $(BOOK_CONFIG) --warningiserror --nitpick --keep-going --quiet
 	@echo "The book is at $(CURDIR)/$(BOOK_HTML)/index.html"
 
-test: $(SETUP) book
-	NUMBA_ENABLE_CUDASIM=1 BOOK_REQUIRE_HTML=1 $(PYTHON) -m pytest -q -ra tests notebooks \
+test: $(SETUP) book browser
+	NUMBA_ENABLE_CUDASIM=1 BOOK_REQUIRE_HTML=1 BOOK_REQUIRE_BROWSER=$(if $(CI),1,) $(PYTHON) -m pytest -q -ra tests notebooks \
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 gpu-test: $(SETUP)
@@ -50,4 +58,21 @@ rerun-all: $(SETUP)
 	@for c in $(CHAPTERS); do $(MAKE) --no-print-directory rerun CHAPTER=$$c || exit 1; done
 
 clean:
-	rm -rf _build build
+	rm -rf _build build book/_generated
+
+# The browser check (tests/test_browser.py, part of `make test`; in CI it must run): Debian's Chromium,
+# and the MathJax release the pages load from a CDN, unpacked from npm so math renders offline.
+MATHJAX_JS := build/mathjax/package/es5/tex-mml-chtml.js
+
+$(MATHJAX_JS):
+	mkdir -p build/mathjax
+	cd build/mathjax && npm pack --silent mathjax@3.2.2 >/dev/null && tar xzf mathjax-3.2.2.tgz
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "no Chromium, and it cannot be installed here: the browser check will be skipped"
+	@$(MAKE) --no-print-directory $(MATHJAX_JS) || echo "no npm: the browser check will be skipped"
+
+book-check: $(SETUP) book browser
+	BOOK_REQUIRE_BROWSER=1 $(PYTHON) -m pytest -q -ra tests/test_browser.py

@@ -1,0 +1,436 @@
+"""Auto-checked exercises: run a student's kernel against the float64 reference and say, in plain
+words, what is wrong.
+
+The student writes ``launch(out, *inputs)``: it launches their kernel so that it fills ``out``.
+The checker runs it on fresh random inputs of several sizes (odd ones, not multiples of a tile), in
+the simulator on a CPU and on the GPU when there is one. Every output is poisoned first and every
+array sits in a larger buffer whose tail is poisoned too, so that a forgotten element, a write past
+the end and a read past the end all show. A failure is explained: unwritten elements and where
+they are (the tail, the borders, a repeating pattern), NaN, an offset or a factor, a transpose or
+a shift, an index outside an array, a kernel that does not compile.
+
+A chapter registers its exercises in ``kernels/<chapter>/exercises.py`` under the label of the
+notebook's ``{exercise}`` directive; a notebook cell (or a teacher grading files) then runs::
+
+    from kernels.harness import exercise
+    exercise.check("machine-ex-saxpy", launch)
+
+    python -m kernels.harness.exercise check machine-ex-saxpy alice.py bob.py   # each defines launch
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import device
+from .check import compare, to_host
+
+KERNELS = Path(__file__).resolve().parents[1]
+# Elements of poison after every array: a kernel overrunning by up to a block of 1024 threads writes
+# (or reads) here instead of into another allocation, where the damage would go unseen.
+GUARD = 1024
+_REGISTRY: dict[str, "Exercise"] = {}
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One auto-checked exercise.
+
+    ``make_inputs(rng, size)`` returns the arguments after ``out`` (host NumPy arrays or scalars);
+    ``reference(*inputs)`` the expected output in float64; ``solution`` is the published
+    ``launch``; ``wrong`` maps a name to ``(launch, words)``: deliberately wrong kernels whose
+    report must contain ``words`` -- the tests run both, proving the checker can fail and explain.
+    """
+    label: str
+    task: str
+    make_inputs: Callable
+    reference: Callable
+    solution: Callable
+    sizes: tuple
+    atol: float
+    rtol: float | None = None
+    out_dtype: type = np.float32
+    wrong: dict = field(default_factory=dict)
+
+    def check(self, launch: Callable, rng: np.random.Generator | None = None) -> "Report":
+        return check_kernel(launch, self.reference, self.make_inputs, sizes=self.sizes, atol=self.atol,
+                            rtol=self.rtol, out_dtype=self.out_dtype, name=self.label, rng=rng)
+
+
+@dataclass
+class Report:
+    """The verdict of every size checked, then, on a failure, what went wrong in plain words."""
+    name: str
+    ok: bool
+    lines: list
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def register(ex: Exercise) -> Exercise:
+    if ex.label in _REGISTRY and _REGISTRY[ex.label] is not ex:
+        raise ValueError(f"exercise label {ex.label!r} is registered twice")
+    if "-ex-" not in ex.label:
+        raise ValueError(f"exercise label {ex.label!r} must read '<chapter>-ex-<name>', like the notebook's")
+    if not ex.sizes:
+        raise ValueError(f"{ex.label}: name at least one size to check")
+    _REGISTRY[ex.label] = ex
+    return ex
+
+
+def _chapters_with_exercises() -> list[str]:
+    return sorted(p.parent.name for p in KERNELS.glob("*/exercises.py"))
+
+
+def get(label: str) -> Exercise:
+    """The exercise of that label, importing its chapter's ``exercises`` module on first use."""
+    chapter = label.split("-ex-")[0]
+    if chapter in _chapters_with_exercises():
+        importlib.import_module(f"kernels.{chapter}.exercises")
+    if label not in _REGISTRY:
+        known = ", ".join(e.label for e in all_exercises()) or "none"
+        raise KeyError(f"no auto-checked exercise {label!r}; registered: {known}")
+    return _REGISTRY[label]
+
+
+def all_exercises() -> list[Exercise]:
+    for chapter in _chapters_with_exercises():
+        importlib.import_module(f"kernels.{chapter}.exercises")
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def check(exercise: str | Exercise, launch: Callable) -> Report:
+    """Check a student's ``launch`` against a registered exercise, print the report and return it."""
+    ex = exercise if isinstance(exercise, Exercise) else get(exercise)
+    report = ex.check(launch)
+    print(report)
+    return report
+
+
+def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *, sizes, atol: float,
+                 rtol: float | None = None, out_dtype=np.float32, name: str = "kernel",
+                 rng: np.random.Generator | None = None) -> Report:
+    """Run ``launch(out, *inputs)`` at every size and compare ``out`` with ``reference(*inputs)``.
+
+    Stops at the first size that fails and explains that failure. The verdict lines name the sizes
+    and tolerances but no measured error, so they read the same on a GPU and in the simulator.
+    """
+    rng = rng or np.random.default_rng()
+    bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
+    lines = []
+    for size in sizes:
+        inputs = tuple(make_inputs(rng, size))
+        want = np.asarray(reference(*inputs), dtype=np.float64)
+        problems = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol)
+        if problems:
+            lines.append(f"FAIL  {name} size={size}: {bound}")
+            lines += [f"  - {p}" for p in problems]
+            return Report(name, False, lines)
+        lines.append(f"pass  {name} size={size}")
+    lines.append(f"PASS  {name}: {len(sizes)} sizes, {bound}")
+    return Report(name, True, lines)
+
+
+# --- running one size ---------------------------------------------------------------------------
+
+def _poison_value(dtype: np.dtype):
+    return np.nan if dtype.kind in "fc" else np.iinfo(dtype).max
+
+
+def _sentinel_value(dtype: np.dtype):
+    """A second poison, finite and unlikely to be computed: an element holding it after the second
+    run was never written (rather than computed as NaN)."""
+    return np.finfo(dtype).min if dtype.kind in "fc" else np.iinfo(dtype).min
+
+
+def _guarded(data: np.ndarray | None, shape, dtype, fill):
+    """A device array of ``shape`` that is the head of a buffer with GUARD poisoned elements after it.
+
+    Returns (view, buffer). ``data`` (host) fills the view; without it the view holds ``fill`` too.
+    """
+    xp = device.xp()
+    n = int(np.prod(shape))
+    host = np.full(n + GUARD, fill, dtype=dtype)
+    if data is not None:
+        host[:n] = np.ascontiguousarray(data, dtype=dtype).ravel()
+    buf = xp.asarray(host)
+    return buf[:n].reshape(shape), buf
+
+
+def _synchronize():
+    if device.on_gpu():
+        import cupy
+        cupy.cuda.Device().synchronize()
+
+
+def _launch_once(launch, inputs, want_shape, out_dtype, fill):
+    """Run the student's launch on guarded copies; returns (got, out_buf, in_bufs, error)."""
+    args, in_bufs = [], []
+    for x in inputs:
+        if isinstance(x, np.ndarray):
+            view, buf = _guarded(x, x.shape, x.dtype, _poison_value(x.dtype))
+            args.append(view)
+            in_bufs.append((x, buf))
+        else:
+            args.append(x)
+    out, out_buf = _guarded(None, want_shape, out_dtype, fill)
+    try:
+        returned = launch(out, *args)
+        _synchronize()
+    except Exception as exc:  # noqa: BLE001 -- whatever the student's code raises is explained, not re-raised
+        return None, out_buf, in_bufs, exc
+    got = returned if returned is not None and hasattr(returned, "shape") else out
+    return got, out_buf, in_bufs, None
+
+
+def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
+    got, out_buf, in_bufs, error = _launch_once(launch, inputs, want.shape, out_dtype, _poison_value(out_dtype))
+    if error is not None:
+        return [explain_exception(error)]
+    problems = []
+    n = want.size
+    tail = to_host(out_buf)[n:]
+    if not _all_equal(tail, _poison_value(out_dtype)):
+        k = int(np.count_nonzero(~_equal(tail, _poison_value(out_dtype))))
+        problems.append(f"the kernel wrote {k} elements outside an array, past the end of `out` (which has "
+                        f"{n}): a missing or wrong bounds check (`if i < out.size:`); on a GPU such writes "
+                        "land in whatever memory follows")
+    for pos, (host, buf) in enumerate(in_bufs):
+        now = to_host(buf)
+        if not np.array_equal(now[:host.size], host.ravel(), equal_nan=host.dtype.kind in "fc"):
+            problems.append(f"the kernel changed its input argument {pos + 1} (of shape {host.shape}); "
+                            "it should only read it")
+    got_host = to_host(got)
+    if got_host.shape != want.shape:
+        return problems + [f"the output has shape {got_host.shape}, expected {want.shape}"]
+    result = compare(got_host, want, atol=atol, rtol=rtol)
+    if result.ok:
+        return problems
+    unwritten = None
+    if result.n_nonfinite:
+        # Run again with a finite second poison: what still holds it was never written at all.
+        again, _, _, error = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype))
+        if error is None:
+            unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
+    return problems + explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten)
+
+
+def _equal(a: np.ndarray, value) -> np.ndarray:
+    return np.isnan(a) if isinstance(value, float) and np.isnan(value) else a == value
+
+
+def _all_equal(a: np.ndarray, value) -> bool:
+    return bool(_equal(a, value).all())
+
+
+# --- explaining ---------------------------------------------------------------------------------
+
+def explain_exception(exc: BaseException) -> str:
+    """One plain sentence for an exception raised by a launch."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    kind = type(exc).__name__
+    if isinstance(exc, IndexError):
+        return (f"the kernel indexed outside an array ({text}): a missing bounds check (`if i < n:`) or a "
+                "wrong index. The simulator stops there; on a GPU the same bug is an illegal memory "
+                "access or silently wrong data")
+    if "ILLEGAL_ADDRESS" in text.upper() or "illegal memory access" in text.lower():
+        return ("the kernel made an illegal memory access: an index outside an array. The CUDA context is "
+                "now unusable -- restart the Python kernel, then run the check in the simulator "
+                "(NUMBA_ENABLE_CUDASIM=1) or under compute-sanitizer to see which index")
+    if kind in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError") or "numba" in type(exc).__module__:
+        return f"the kernel does not compile ({kind}): {text}"
+    return f"the launch raised {kind}: {text}"
+
+
+def _describe_where(mask: np.ndarray) -> tuple[str, str]:
+    """Where the marked elements are, and a hint about what usually causes that pattern."""
+    n, k = mask.size, int(np.count_nonzero(mask))
+    if k == n:
+        return "every element", ""
+    flat = mask.ravel()
+    first = int(np.argmax(flat))
+    if not flat[:first].any() and flat[first:].all():
+        last = "the last element" if k == 1 else f"the last {k} in memory order (from flat index {first} on)"
+        return (last,
+                "the grid or the loop stops short of the end: round the block count up, "
+                "(n + threads - 1) // threads, or use a grid-stride loop")
+    if mask.ndim >= 2:
+        for axis in range(mask.ndim):
+            idx = np.moveaxis(mask, axis, 0)
+            rows = idx.reshape(idx.shape[0], -1)
+            hit = rows.all(axis=1)
+            if (rows.any(axis=1) == hit).all() and hit.any():
+                at = np.flatnonzero(hit)
+                if at[-1] == mask.shape[axis] - 1 and (np.diff(at) == 1).all():
+                    return (f"the last {at.size} indices along axis {axis} (from {at[0]} on)",
+                            "the grid does not cover that dimension: round its block count up")
+        depth = _border_depth(mask)
+        if depth is not None:
+            return (f"only within {depth} element{'s' if depth > 1 else ''} of the border",
+                    "the interior is right, so look at the edges: the halo loads, the zero padding, "
+                    "the bounds checks of the neighbours read")
+    period = _period(flat)
+    if period is not None:
+        positions = np.flatnonzero(flat[:period])
+        shown = ", ".join(str(p) for p in positions[:6]) + (", ..." if positions.size > 6 else "")
+        return (f"a pattern repeating every {period} elements (positions {shown} of each group)",
+                "a pattern with a period points at the thread/block index arithmetic "
+                "(blockIdx * blockDim + threadIdx, a stride, a tile size)")
+    return f"{k} of {n} elements, the first at index {np.unravel_index(first, mask.shape)}", ""
+
+
+def _border_depth(mask: np.ndarray, max_depth: int = 8) -> int | None:
+    """The smallest d such that every marked element lies within d of an edge, if the interior is clean."""
+    grids = np.indices(mask.shape)
+    dist = np.min([np.minimum(g, s - 1 - g) for g, s in zip(grids, mask.shape)], axis=0)
+    depth = int(dist[mask].max()) + 1
+    if depth > max_depth or (dist >= depth).sum() == 0:
+        return None
+    return depth
+
+
+def _period(flat: np.ndarray) -> int | None:
+    """The shortest period of the pattern, among the lengths a block, a warp or a tile gives."""
+    candidates = [*range(2, 65), *range(96, 1025, 32)]
+    for p in (p for p in candidates if 2 * p <= flat.size):
+        pattern = flat[:p]
+        if pattern.any() and not pattern.all() and np.array_equal(flat[p:], flat[:-p]):
+            return p
+    return None
+
+
+def explain(got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float | None = None,
+            unwritten: np.ndarray | None = None) -> list[str]:
+    """Plain sentences for what differs between ``got`` and ``want`` (float64 host arrays, same shape).
+
+    ``unwritten`` marks elements known never to have been written (from a second, differently
+    poisoned run); without it every NaN counts as computed.
+    """
+    finite = np.isfinite(want)
+    nonfinite = ~np.isfinite(got) & finite
+    unwritten = np.zeros(want.shape, bool) if unwritten is None else (unwritten & finite)
+    computed_nan = nonfinite & ~unwritten
+    both = finite & np.isfinite(got)
+    diff = np.where(both, got - want, 0.0)
+    wrong = both & (np.abs(diff) > atol)
+    out = []
+    if unwritten.any():
+        where, hint = _describe_where(unwritten)
+        out.append(f"{int(unwritten.sum())} of {want.size} output elements were never written "
+                   f"(they still hold the poison): {where}" + (f". Likely: {hint}" if hint else ""))
+    if computed_nan.any():
+        where, hint = _describe_where(computed_nan)
+        out.append(f"{int(computed_nan.sum())} elements are NaN or Inf where the reference is finite: {where}. "
+                   "Likely: a read past the end of an input (the checker poisons what follows each array), "
+                   "of uninitialized shared memory, or a division by zero" + (f"; {hint}" if hint else ""))
+    if wrong.any():
+        out += _explain_values(got, want, diff, wrong, both, atol)
+    elif not out and rtol is not None:
+        out.append(f"every element is within max|err| <= {atol:g}, but the relative error over the whole "
+                   f"output exceeds {rtol:g}: small errors everywhere, e.g. a different rounding or summation order")
+    return out
+
+
+def _explain_values(got, want, diff, wrong, both, atol) -> list[str]:
+    n_wrong = int(wrong.sum())
+    worst = np.unravel_index(int(np.argmax(np.abs(diff))), want.shape)
+    example = (f"the largest error is at index {tuple(int(i) for i in worst)}: got {got[worst]:.6g}, "
+               f"expected {want[worst]:.6g}")
+    pattern = _global_pattern(got, want, diff, both, atol)
+    if pattern:
+        return [pattern, example]
+    where, hint = _describe_where(wrong)
+    first = f"{n_wrong} of {want.size} elements are wrong ({where})" + (f". Likely: {hint}" if hint else "")
+    max_err = float(np.abs(diff).max())
+    if max_err < 100 * atol:
+        first += (f"; the errors are small (largest {max_err:.3g} against a tolerance of {atol:g}): a different "
+                  "formula or precision (a float64 constant, a missing fma, a different summation order)")
+    return [first, example]
+
+
+def _global_pattern(got, want, diff, both, atol) -> str | None:
+    """A single cause that explains every element: transpose, shift, constant offset or factor."""
+    if want.ndim == 2 and want.shape[0] == want.shape[1] > 1 and np.allclose(got, want.T, atol=atol, rtol=0):
+        return "the output is the transpose of the expected one: rows and columns (x and y, i and j) are swapped"
+    for axis in range(want.ndim):
+        for shift in (1, -1, 2, -2):
+            if want.shape[axis] <= 2 * abs(shift) + 1:
+                continue
+            moved = np.roll(want, shift, axis=axis)
+            inner = [slice(None)] * want.ndim
+            inner[axis] = slice(shift, None) if shift > 0 else slice(None, shift)
+            inner = tuple(inner)
+            if (np.allclose(got[inner], moved[inner], atol=atol, rtol=0)
+                    and not np.allclose(got[inner], want[inner], atol=atol, rtol=0)):
+                return (f"the output is the expected one shifted by {shift} along axis {axis}: "
+                        f"out[i] holds what belongs at i {'-' if shift > 0 else '+'} {abs(shift)}, an off-by-one in an index")
+    if not both.all() or want.size < 8:  # a few elements fit any offset or factor
+        return None
+    d = diff[both]
+    if np.ptp(d) <= 2 * atol and abs(d.mean()) > atol:
+        return (f"every element is off by the same constant, {d.mean():.4g}: a term added once too often or "
+                "missing (an initial value, a bias, the + c of an fma)")
+    safe = both & (np.abs(want) > 1e3 * atol)
+    if safe.sum() >= max(2, want.size // 2):
+        ratio = got[safe] / want[safe]
+        r = float(np.median(ratio))
+        if abs(r - 1) > 1e-3 and np.allclose(got[both], r * want[both], atol=atol, rtol=1e-3):
+            twice = " (twice: is one contribution added twice?)" if abs(r - 2) < 1e-3 else ""
+            return (f"every element is {r:.4g} times the expected value{twice}: a scale factor missing, applied "
+                    "twice or wrong")
+    return None
+
+
+# --- grading files from the command line --------------------------------------------------------
+
+def _load_launch(path: Path) -> Callable:
+    spec = importlib.util.spec_from_file_location(f"submission_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "launch", None)):
+        raise ValueError(f"{path}: defines no function `launch(out, *inputs)`")
+    return module.launch
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m kernels.harness.exercise",
+                                     description="List the auto-checked exercises, or grade submissions.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every registered exercise and its task")
+    grade = sub.add_parser("check", help="check files that each define launch(out, *inputs)")
+    grade.add_argument("label")
+    grade.add_argument("files", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for ex in all_exercises():
+            print(f"{ex.label:<28} {ex.task}")
+        return 0
+    ex = get(args.label)
+    failed = 0
+    for path in args.files:
+        print(f"== {path}")
+        try:
+            report = ex.check(_load_launch(path))
+        except Exception as exc:  # noqa: BLE001 -- a broken submission is reported, the others still graded
+            print(f"FAIL  {ex.label}: the file does not load ({type(exc).__name__}: {exc})")
+            failed += 1
+            continue
+        print(report)
+        failed += not report.ok
+    print(f"{len(args.files) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    from kernels.harness import exercise as _registered  # one registry: the module chapters import
+    sys.exit(_registered.main())

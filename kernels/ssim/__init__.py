@@ -1,0 +1,1 @@
+"""SSIM: the fused-kernel optimization worklog, version by version (chapter 2)."""

@@ -1,0 +1,89 @@
+"""Backward: dL/dimg1 = G*(g dm_dmu1) + 2 img1 G*(g dm_dsigma1_sq) + img2 G*(g dm_dsigma12), where g is
+dL/dmap and G the same zero-padded Gaussian blur (symmetric, so it is its own adjoint). One tiled
+kernel: the three products g * dm/d. are formed while loading the tile (+5 px halo) into shared
+memory, then blurred separably, then combined with the two images at the centre pixel.
+"""
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32
+
+from kernels.harness import check, device
+
+from .common import GAUSS, RADIUS, WINDOW, planes, validate
+
+GPU_TILE = {"bx": 32, "by": 16}
+SIM_TILE = {"bx": 8, "by": 8}
+
+
+@lru_cache(maxsize=None)
+def build(bx: int, by: int):
+    tile_shape = (3, by + 2 * RADIUS, bx + 2 * RADIUS)
+    scratch_shape = (3, by + 2 * RADIUS, bx)
+    nthreads = bx * by
+
+    @cuda.jit
+    def ssim_backward(img1, img2, grad, d_mu1, d_s11, d_s12, dimg1):
+        p = cuda.blockIdx.z
+        tid = cuda.threadIdx.y * bx + cuda.threadIdx.x
+        x0, y0 = cuda.blockIdx.x * bx, cuda.blockIdx.y * by
+        h, w = img1.shape[1], img1.shape[2]
+        tile = cuda.shared.array(tile_shape, float32)
+        scratch = cuda.shared.array(scratch_shape, float32)
+
+        for i in range(tid, tile_shape[1] * tile_shape[2], nthreads):
+            r, c = i // tile_shape[2], i % tile_shape[2]
+            y, x = y0 - RADIUS + r, x0 - RADIUS + c
+            if 0 <= y < h and 0 <= x < w:
+                g = grad[p, y, x]
+                tile[0, r, c] = g * d_mu1[p, y, x]
+                tile[1, r, c] = g * d_s11[p, y, x]
+                tile[2, r, c] = g * d_s12[p, y, x]
+            else:
+                tile[0, r, c] = float32(0.0)
+                tile[1, r, c] = float32(0.0)
+                tile[2, r, c] = float32(0.0)
+        cuda.syncthreads()
+
+        for i in range(tid, scratch_shape[1] * scratch_shape[2], nthreads):
+            r, c = i // bx, i % bx
+            s0 = s1 = s2 = float32(0.0)
+            for k in range(WINDOW):
+                g = GAUSS[k]
+                s0 += g * tile[0, r, c + k]
+                s1 += g * tile[1, r, c + k]
+                s2 += g * tile[2, r, c + k]
+            scratch[0, r, c] = s0
+            scratch[1, r, c] = s1
+            scratch[2, r, c] = s2
+        cuda.syncthreads()
+
+        ty, tx = cuda.threadIdx.y, cuda.threadIdx.x
+        y, x = y0 + ty, x0 + tx
+        if y < h and x < w:
+            s0 = s1 = s2 = float32(0.0)
+            for k in range(WINDOW):
+                g = GAUSS[k]
+                s0 += g * scratch[0, ty + k, tx]
+                s1 += g * scratch[1, ty + k, tx]
+                s2 += g * scratch[2, ty + k, tx]
+            dimg1[p, y, x] = s0 + float32(2.0) * img1[p, y, x] * s1 + img2[p, y, x] * s2
+
+    return ssim_backward
+
+
+def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | None = None):
+    """dL/dimg1 (N, C, H, W) from dL/dmap and the three derivative maps of a training-mode forward."""
+    validate(img1, img2)
+    shape = tuple(img1.shape)
+    for name, a in (("grad_map", grad_map), ("d_mu1", d_mu1), ("d_s11", d_s11), ("d_s12", d_s12)):
+        check.require_array(a, name, dtype=np.float32, shape=shape)
+    xp = device.xp()
+    out = xp.empty(shape, dtype=np.float32) if out is None else check.require_array(
+        out, "out", dtype=np.float32, shape=shape)
+    t = {**(GPU_TILE if device.on_gpu() else SIM_TILE), **(tile or {})}
+    n, c, h, w = shape
+    grid = ((w + t["bx"] - 1) // t["bx"], (h + t["by"] - 1) // t["by"], n * c)
+    build(t["bx"], t["by"])[grid, (t["bx"], t["by"])](
+        *(planes(a) for a in (img1, img2, grad_map, d_mu1, d_s11, d_s12, out)))
+    return out

@@ -1,0 +1,181 @@
+"""Measure SSIM versions on a GPU: time, rates, % of the floor, resources; read the A100 seed numbers."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from kernels.harness import cuda_cpp, device, results, roofline, sass, timing
+
+from . import common, cuda_versions
+
+SEEDS = Path(__file__).resolve().parents[2] / "data" / "seeds" / "ssim_a100.csv"
+METRICS = {"ms": "ms", "GB/s": "GB/s", "GFLOP/s": "GFLOP/s", "% of floor": "%"}  # what a run records
+
+
+def seeds() -> list[dict]:
+    """The worklog's published A100 rows (data/seeds/ssim_a100.csv)."""
+    with SEEDS.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def seed_times() -> dict:
+    """{version: published A100 ms} for the versions the table times."""
+    return {r["kernel"]: float(r["value"]) for r in seeds() if r["metric"] == "time"}
+
+
+def problem_name(shape, training: bool = False) -> str:
+    return "x".join(map(str, shape)) + ("-train" if training else "")
+
+
+def inputs(shape, sets: int = 2, seed: int = 0):
+    """``sets`` independent image pairs on the GPU; rotating through them keeps L2 from serving reruns."""
+    import cupy
+    return [tuple(cupy.asarray(a) for a in common.test_images(shape, seed=seed + i)) for i in range(sets)]
+
+
+def measure(version: str, shape, ceilings, *, training: bool = False, sets=None, repeat: int = 50) -> dict:
+    """Median time of one version, its GB/s, GFLOP/s and % of the floor under the measured ceilings."""
+    import cupy
+    sets = sets or inputs(shape)
+    out = cupy.empty(shape, dtype=cupy.float32)
+    t = timing.benchmark(lambda a, b: common.run(version, a, b, out=out, training=training), args=sets,
+                         repeat=repeat)
+    w = common.work(shape, training=training)
+    r = timing.rates(t, flops=w["flops"], bytes_moved=w["bytes"])
+    fl = roofline.floor(w["flops"], w["bytes"], gflops=ceilings.fma_gflops, gbps=ceilings.copy_gbps)
+    return {"version": version, "problem": problem_name(shape, training), "ms": t.median_ms,
+            "spread": t.spread, "GB/s": r["GB/s"], "GFLOP/s": r["GFLOP/s"],
+            "floor_ms": fl.floor_ms, "% of floor": 100 * fl.floor_ms / t.median_ms}
+
+
+def result_rows(m: dict) -> list[dict]:
+    """A measurement as rows for results.record('ssim', ...)."""
+    return [{"kernel": m["version"], "problem": m["problem"], "metric": k, "value": m[k], "unit": u}
+            for k, u in METRICS.items()]
+
+
+def timed(version: str, shape, ceilings=None, *, training: bool = False, sets=None) -> dict | None:
+    """On a GPU: measure, record in data/results and return the row. In the simulator: the reference
+    GPU's stored row for the same version and problem, or None if there is none."""
+    if device.on_gpu():
+        m = measure(version, shape, ceilings, training=training, sets=sets)
+        results.record("ssim", result_rows(m))
+        return m
+    problem = problem_name(shape, training)
+    stored = results.latest("ssim", results.REFERENCE_GPU)
+    if (version, problem, "ms") not in stored:
+        return None
+    return {"version": version, "problem": problem,
+            **{k: float(stored[(version, problem, k)]["value"]) for k in METRICS if (version, problem, k) in stored}}
+
+
+def describe(m: dict | None, version: str = "") -> str:
+    if m is None:
+        return f"{version}: no GPU here and no stored run of the reference GPU ({results.REFERENCE_GPU}) yet."
+    extra = f", {m['% of floor']:.1f}% of the floor" if "% of floor" in m else ""
+    return (f"{m['version']}: {m['ms']:.4f} ms, {m['GB/s']:.0f} GB/s, {m['GFLOP/s']:.0f} GFLOP/s{extra}"
+            + ("" if device.on_gpu() else f"  [stored run of {results.REFERENCE_GPU}]"))
+
+
+def step(measured: dict, new: str, old: str) -> str:
+    """The time ratio new/old measured here beside the worklog's A100 ratio."""
+    a100 = seed_times()
+    here = (f"{measured[new]['ms'] / measured[old]['ms']:.3f}" if measured.get(new) and measured.get(old)
+            else "n/a (not measured)")
+    there = f"{a100[new] / a100[old]:.3f}" if new in a100 and old in a100 else "not published"
+    return f"time {new} / {old}: here {here}; A100 (worklog) {there}"
+
+
+def resources(version: str) -> dict:
+    """Registers and local memory per thread, shared memory per block, for the compiled kernel.
+
+    Numba versions: the kernel compiled for the last launch (run the version once first);
+    CUDA C++ versions: ptxas's report for this GPU's architecture.
+    """
+    if version in common.CUDA_VERSIONS:
+        arch = "sm_" + device.properties()["cc"] if device.on_gpu() else "sm_90"
+        (r,) = [r for r in cuda_cpp.compile_cubin(cuda_versions.source(version), arch).resources
+                if r.kernel == cuda_versions.kernel_name(version)]
+        return {"version": version, "registers": r.registers, "local bytes": r.stack_bytes,
+                "spill bytes": r.spill_stores + r.spill_loads, "shared bytes": r.smem_bytes}
+    if not device.on_gpu():
+        raise RuntimeError("resource counts of Numba kernels need a GPU compile")
+    kernel = numba_kernel(version)
+
+    def one(value):  # a dispatcher with one compiled signature may still answer {signature: value}
+        return next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
+    return {"version": version, "registers": one(kernel.get_regs_per_thread()),
+            "local bytes": one(kernel.get_local_mem_per_thread()), "spill bytes": None,
+            "shared bytes": one(kernel.get_shared_mem_per_block())}
+
+
+def numba_kernel(version: str, training: bool = False):
+    """The Numba dispatcher a default-tile inference (or training) launch of ``version`` uses."""
+    module = common.version_module(version)
+    tile = module.GPU_TILE if device.on_gpu() else module.SIM_TILE
+    return module.build(*tile.values(), training)
+
+
+def local_memory_instructions(version: str) -> dict:
+    """Count local loads/stores (LDL/STL) and FFMAs in a Numba version's SASS (needs nvdisasm)."""
+    listing = numba_kernel(version).inspect_sass()
+    text = "\n".join(listing.values()) if isinstance(listing, dict) else str(listing)
+    instructions = [i for kernel in sass.parse(text).values() for i in kernel]
+    if not instructions:
+        raise sass.SassUnavailable(f"no instructions parsed from the SASS of {version}")
+    c = sass.counts(instructions)
+    return {"version": version, "LDL": c["local load (spill)"], "STL": c["local store (spill)"],
+            "FFMA": c["FFMA"], "instructions": len(instructions)}
+
+
+def peers(shape) -> list[tuple[str, object]]:
+    """Optional library SSIMs on the same images (PyTorch-based), as (name, fn(a, b)); missing ones skipped."""
+    found = []
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch is not installed: no peer comparison.")
+        return found
+    try:
+        from pytorch_msssim import ssim as msssim_ssim
+        found.append(("pytorch-msssim", lambda a, b: msssim_ssim(a, b, data_range=1.0, size_average=False)))
+    except ImportError:
+        print("pytorch-msssim is not installed: skipped.")
+    try:
+        from kornia.metrics import ssim as kornia_ssim
+        found.append(("kornia", lambda a, b: kornia_ssim(a, b, 11, max_val=1.0)))
+    except ImportError:
+        print("kornia is not installed: skipped.")
+    del torch
+    return found
+
+
+def time_peer(fn, shape, repeat: int = 20) -> float:
+    """Median ms of a PyTorch SSIM; PyTorch's default stream is the legacy default stream, which the
+    CuPy events of timing.benchmark are recorded on."""
+    import torch
+    a, b = (torch.as_tensor(x, device="cuda") for x in common.test_images(shape))
+    with torch.no_grad():
+        t = timing.benchmark(lambda: fn(a, b), repeat=repeat)
+    return t.median_ms
+
+
+def main(versions=None) -> None:
+    """``python -m kernels.ssim.bench [VERSION ...]``: measure versions at the benchmark size (inference,
+    and training for the register-pipeline versions) and print one line each; records nothing."""
+    from kernels.harness import ceilings as ceilings_module
+    if not device.on_gpu():
+        print("needs a CUDA GPU")
+        return
+    ceil = ceilings_module.measure()
+    sets = inputs(common.BENCH_SHAPE)
+    for v in versions or list(common.VERSIONS):
+        print(describe(measure(v, common.BENCH_SHAPE, ceil, sets=sets), v), flush=True)
+    for v in [v for v in (versions or common.VERSIONS) if v in ("V3", "V4", *common.BEYOND)]:
+        m = measure(v, common.BENCH_SHAPE, ceil, training=True, sets=sets)
+        print(describe(m, v) + "  [training]", flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+    main(sys.argv[1:])

@@ -1,0 +1,334 @@
+"""What every SSIM version shares: the float64 reference, the constants, the problem sizes and the one
+launch wrapper that validates arguments and allocates outputs.
+
+SSIM here means: 11x11 Gaussian window (sigma 1.5, applied separably, 11 taps in x then 11 in y),
+C1 = 0.01^2, C2 = 0.03^2, data range 1, zero padding so the map has the image's size ("same"); the
+"valid" map drops the 5-pixel border where the window reaches into the padding. Images are NCHW
+float32; every (batch, channel) plane is independent.
+
+NaN/Inf in an input are not checked by default (that would cost a pass over the data): they
+propagate, exactly as in the reference, to every map pixel whose 11x11 window contains them, and
+nowhere else. ``run(..., check_finite=True)`` raises instead.
+
+Every kernel blurs the *shifted* images x - SHIFT and y - SHIFT (the zero padding becomes -SHIFT, so the
+shift is exact everywhere) and adds SHIFT back to the two means. Variances and the covariance do not
+change under a shift, but E[x^2] - mu^2 then cancels on numbers near 0.06 instead of near 0.5: about 8x
+less float32 rounding error on smooth bright images (``float32_model`` shows it on the CPU).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from kernels.harness import check, device  # first: device picks the simulator before numba.cuda loads
+from numba import cuda, float32
+
+WINDOW = 11
+RADIUS = WINDOW // 2
+SIGMA = 1.5
+C1 = 0.01 ** 2
+C2 = 0.03 ** 2
+
+
+def gaussian_weights() -> np.ndarray:
+    """The 11 normalized 1-D Gaussian taps in float64; the 2-D window is their outer product."""
+    k = np.arange(WINDOW) - RADIUS
+    g = np.exp(-(k ** 2) / (2 * SIGMA ** 2))
+    return g / g.sum()
+
+
+# The taps every kernel multiplies by. A global NumPy array becomes constant memory in a Numba kernel:
+# every thread reads the same tap at the same time, which constant memory broadcasts.
+GAUSS = gaussian_weights().astype(np.float32)
+C1_F32, C2_F32 = float32(C1), float32(C2)
+SHIFT = 0.5  # the middle of the data range [0, 1]: shifted pixels lie in [-0.5, 0.5]
+SHIFT_F32 = float32(SHIFT)
+
+# The versions in the order of the worklog, then ours; names match the files in this folder.
+VERSIONS = {
+    "Naive": "v0_naive",
+    "V1": "v1_no_redundancy",
+    "V2": "v2_tile_x",
+    "V3-0": "v3_0_pipeline_local",
+    "V3-1": "v3_1_pipeline_registers",
+    "V3": "v3.cu",
+    "V4-1": "v4_1.cu",
+    "V4": "v4.cu",
+    "V5": "v5.cu",
+    "V6": "v6.cu",
+}
+WORKLOG = ["Naive", "V1", "V2", "V3-0", "V3-1", "V3", "V4-1", "V4"]  # notebook 02; the rest: notebook 02b
+BEYOND = [v for v in VERSIONS if v not in WORKLOG]
+NUMBA_VERSIONS = [v for v, f in VERSIONS.items() if not f.endswith(".cu")]
+CUDA_VERSIONS = [v for v, f in VERSIONS.items() if f.endswith(".cu")]
+
+# Problem sizes: the worklog's image, and odd sizes that are not multiples of any tile.
+BENCH_SHAPE = (1, 3, 2160, 3840)
+CHECK_SHAPES = {"ci": [(1, 1, 11, 11), (1, 1, 21, 30)],
+                "full": [(1, 1, 11, 11), (1, 3, 37, 53), (2, 3, 2161, 3839)]}
+MAP_ATOL, MEAN_ATOL = 1e-4, 1e-6
+
+
+def problem_sizes(profile: str) -> dict:
+    """Shapes for a profile: 'bench' (timed, GPU only, else None) and 'check' (correctness)."""
+    if profile not in CHECK_SHAPES:
+        raise ValueError(f"profile must be 'full' or 'ci', got {profile!r}")
+    return {"bench": BENCH_SHAPE if profile == "full" else None, "check": CHECK_SHAPES[profile]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# float64 reference (NumPy + SciPy, vectorized)
+
+def blur(x: np.ndarray) -> np.ndarray:
+    """Separable Gaussian over the last two axes with zero padding, in float64."""
+    from scipy.ndimage import correlate1d
+    g = gaussian_weights()
+    x = np.asarray(x, dtype=np.float64)
+    return correlate1d(correlate1d(x, g, axis=-1, mode="constant"), g, axis=-2, mode="constant")
+
+
+def terms(mu1, mu2, ex2, ey2, exy):
+    """The SSIM map and its partial derivatives from the five blurred moments.
+
+    The derivatives are with respect to mu1, sigma1^2 and sigma12 with the second moments held fixed,
+    so d(map)/d(img1) = G*(dm_dmu1) + 2 img1 G*(dm_dsigma1_sq) + img2 G*(dm_dsigma12) (G: the blur).
+    Works on NumPy arrays of any float type and, as plain arithmetic, on float32 scalars in kernels.
+    """
+    s11, s22, s12 = ex2 - mu1 * mu1, ey2 - mu2 * mu2, exy - mu1 * mu2
+    a = mu1 * mu1 + mu2 * mu2 + C1
+    b = s11 + s22 + C2
+    c = 2 * mu1 * mu2 + C1
+    d = 2 * s12 + C2
+    m = (c * d) / (a * b)
+    dm_dmu1 = (2 * mu2 * d - 2 * mu2 * c) / (a * b) - 2 * mu1 * m / a + 2 * mu1 * m / b
+    dm_ds11 = -m / b
+    dm_ds12 = 2 * c / (a * b)
+    return m, dm_dmu1, dm_ds11, dm_ds12
+
+
+def reference(img1, img2, *, training: bool = False):
+    """float64 SSIM map ('same', zero padding); with training=True also the three derivative maps."""
+    x, y = np.asarray(img1, np.float64), np.asarray(img2, np.float64)
+    out = terms(blur(x), blur(y), blur(x * x), blur(y * y), blur(x * y))
+    return out if training else out[0]
+
+
+def reference_backward(img1, img2, grad_map):
+    """float64 dL/dimg1 given dL/dmap (same shape as the map)."""
+    x, y, g = (np.asarray(a, np.float64) for a in (img1, img2, grad_map))
+    _, dmu1, ds11, ds12 = reference(x, y, training=True)
+    # The blur with zero padding and a symmetric window is its own adjoint.
+    return blur(g * dmu1) + 2 * x * blur(g * ds11) + y * blur(g * ds12)
+
+
+def crop_valid(ssim_map):
+    """The 'valid' map: drop the RADIUS-pixel border where the window reaches into the zero padding."""
+    return ssim_map[..., RADIUS:-RADIUS, RADIUS:-RADIUS]
+
+
+def test_images(shape, *, kind: str = "random", seed: int = 0):
+    """float32 images in [0, 1]: 'random' (uniform, and a noisy copy) or 'structured' (smooth + noise)."""
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        a = rng.random(shape, dtype=np.float32)
+        b = np.clip(a + 0.2 * rng.standard_normal(shape).astype(np.float32), 0, 1).astype(np.float32)
+        return a, b
+    if kind == "structured":
+        h, w = shape[-2:]
+        yy, xx = np.meshgrid(np.linspace(0, 1, h), np.linspace(0, 1, w), indexing="ij")
+        smooth = 0.5 + 0.25 * np.sin(7 * xx + 3 * yy) * np.cos(5 * yy)
+        base = np.broadcast_to(smooth, shape)
+        a = np.clip(base + 0.02 * rng.standard_normal(shape), 0, 1).astype(np.float32)
+        b = np.clip(base + 0.05 * rng.standard_normal(shape), 0, 1).astype(np.float32)
+        return a, b
+    raise ValueError(f"kind must be 'random' or 'structured', got {kind!r}")
+
+
+def float32_model(img1, img2, *, shift: float = SHIFT) -> np.ndarray:
+    """The kernels' float32 arithmetic emulated in NumPy: shift, x-pass then y-pass with one rounding per
+    fused multiply-add (tap order 0..10, as on the GPU), then ``terms`` in float32. Only for showing
+    where float32 error comes from; shift=0 is the formula without the shift."""
+    s = np.float32(shift)
+    g = GAUSS.astype(np.float64)
+
+    def blur32(v):  # v: shifted values with the padding already in place
+        h, w = v.shape[-2] - 2 * RADIUS, v.shape[-1] - 2 * RADIUS
+        acc = np.zeros(v.shape[:-1] + (w,), np.float32)
+        for k in range(WINDOW):  # fmaf(g, v, acc): exact product, one rounding
+            acc = (g[k] * v[..., k:k + w] + acc).astype(np.float32)
+        out = np.zeros(v.shape[:-2] + (h, w), np.float32)
+        for k in range(WINDOW):
+            out = (g[k] * acc[..., k:k + h, :] + out).astype(np.float32)
+        return out
+
+    pad = [(0, 0)] * (np.ndim(img1) - 2) + [(RADIUS, RADIUS)] * 2
+    x, y = (np.pad(np.asarray(a, np.float32) - s, pad, constant_values=-s) for a in (img1, img2))
+    mu1, mu2, ex2, ey2, exy = (blur32(v) for v in (x, y, x * x, y * y, x * y))
+    s11, s22, s12 = ex2 - mu1 * mu1, ey2 - mu2 * mu2, exy - mu1 * mu2
+    mu1, mu2 = mu1 + s, mu2 + s
+    c1, c2, two = np.float32(C1), np.float32(C2), np.float32(2)
+    return (two * mu1 * mu2 + c1) * (two * s12 + c2) / ((mu1 * mu1 + mu2 * mu2 + c1) * (s11 + s22 + c2))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Work model: what a kernel must do at least
+
+FLOPS_PER_PIXEL = 2 * 5 * WINDOW * 2  # two separable passes x five moments x 11 taps x (mul + add)
+
+
+def work(shape, *, training: bool = False) -> dict:
+    """FLOPs of the separable passes and the DRAM bytes of one pass: both images read once, the map
+    (and in training the three derivative maps) written once."""
+    pixels = math.prod(shape)
+    maps = 4 if training else 1
+    return {"flops": FLOPS_PER_PIXEL * pixels, "bytes": (2 + maps) * 4 * pixels}
+
+
+def v2_ffma_per_block(bx: int, by: int, channels: int = 3) -> float:
+    """The worklog's V2 model: FFMA warp-instructions of one block computing bx x by outputs of every
+    channel: 5 moments x (x-pass over by+10 rows + y-pass over by rows) x 11 taps, 32 lanes a warp."""
+    return channels * 5 * (bx * (by + 2 * RADIUS) * WINDOW + bx * by * WINDOW) / 32
+
+
+def v2_ffma_total(width: int, height: int, bx: int, by: int, channels: int = 3) -> float:
+    return math.ceil(width / bx) * math.ceil(height / by) * v2_ffma_per_block(bx, by, channels)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared device code of the Numba versions
+
+@cuda.jit(device=True, inline=True)
+def ssim_terms(mu1, mu2, ex2, ey2, exy):
+    """float32 version of ``terms`` (the same formula, written out once for the kernels), from the
+    moments of the shifted images: the (co)variances need no correction, the means get SHIFT back."""
+    s11 = ex2 - mu1 * mu1
+    s22 = ey2 - mu2 * mu2
+    s12 = exy - mu1 * mu2
+    mu1 = mu1 + SHIFT_F32
+    mu2 = mu2 + SHIFT_F32
+    a = mu1 * mu1 + mu2 * mu2 + C1_F32
+    b = s11 + s22 + C2_F32
+    c = float32(2.0) * mu1 * mu2 + C1_F32
+    d = float32(2.0) * s12 + C2_F32
+    ab = a * b
+    m = (c * d) / ab
+    two = float32(2.0)
+    dm_dmu1 = (two * mu2 * d - two * mu2 * c) / ab - two * mu1 * m / a + two * mu1 * m / b
+    return m, dm_dmu1, -m / b, two * c / ab
+
+
+@cuda.jit(device=True, inline=True)
+def store(out, d_mu1, d_s11, d_s12, p, y, x, mu1, mu2, ex2, ey2, exy, training):
+    """Write the map (and in training the derivative maps) at one pixel from the shifted moments."""
+    m, g1, g2, g3 = ssim_terms(mu1, mu2, ex2, ey2, exy)
+    out[p, y, x] = m
+    if training:
+        d_mu1[p, y, x] = g1
+        d_s11[p, y, x] = g2
+        d_s12[p, y, x] = g3
+
+
+# ---------------------------------------------------------------------------------------------------
+# The one launch wrapper
+
+def validate(img1, img2) -> tuple:
+    """Check the two images and return (N, C, H, W); every error names the constraint."""
+    for name, img in (("img1", img1), ("img2", img2)):
+        check.require_array(img, name, dtype=np.float32, ndim=4)
+    if tuple(img1.shape) != tuple(img2.shape):
+        raise ValueError(f"img1 and img2 must have the same shape, got {tuple(img1.shape)} and {tuple(img2.shape)}")
+    n, c, h, w = img1.shape
+    if h < WINDOW or w < WINDOW:
+        raise ValueError(f"images must be at least {WINDOW}x{WINDOW} (the window), got H={h}, W={w}")
+    if n * c > 65535:
+        raise ValueError(f"at most 65535 planes (N*C) fit the grid's z dimension, got {n * c}")
+    return n, c, h, w
+
+
+@lru_cache(maxsize=None)
+def version_module(version: str):
+    """The Python module that launches ``version`` (for .cu versions, the shared loader module)."""
+    if version not in VERSIONS:
+        raise ValueError(f"unknown SSIM version {version!r}; choose from {list(VERSIONS)}")
+    name = VERSIONS[version]
+    return importlib.import_module("kernels.ssim." + ("cuda_versions" if name.endswith(".cu") else name))
+
+
+def run(version: str, img1, img2, *, training: bool = False, valid: bool = False, out=None,
+        check_finite: bool = False, tile: dict | None = None):
+    """SSIM map of ``img1`` vs ``img2`` by one kernel version.
+
+    Returns the map (N, C, H, W), or with ``valid=True`` its interior (N, C, H-10, W-10); with
+    ``training=True`` a tuple (map, dm_dmu1, dm_dsigma1_sq, dm_dsigma12), all 'same'-sized.
+    ``out`` (optional) receives the full map; ``tile`` overrides the version's block shape.
+    """
+    validate(img1, img2)
+    xp = device.xp()
+    if check_finite:
+        for name, img in (("img1", img1), ("img2", img2)):
+            bad = int(xp.count_nonzero(~xp.isfinite(img)))
+            if bad:
+                raise ValueError(f"{name} has {bad} NaN/Inf values; SSIM of non-finite pixels is undefined")
+    if out is None:
+        out = xp.empty(img1.shape, dtype=np.float32)
+    else:
+        check.require_array(out, "out", dtype=np.float32, shape=tuple(img1.shape))
+    derivs = tuple(xp.empty(img1.shape, dtype=np.float32) for _ in range(3)) if training else None
+    module = version_module(version)
+    params = {**(module.GPU_TILE if device.on_gpu() else module.SIM_TILE), **(tile or {})}
+    module.launch(version, img1, img2, out, derivs, **params)
+    ssim_map = crop_valid(out) if valid else out
+    return (ssim_map, *derivs) if training else ssim_map
+
+
+@lru_cache(maxsize=8)  # the six cases of one verify() call, reused by the next version
+def _case(shape, kind, seed, training):
+    """Images and their reference, kept for the next version: the large references take seconds."""
+    a, b = test_images(shape, kind=kind, seed=seed)
+    return a, b, reference(a, b, training=training)
+
+
+def verify(version: str, shapes, kinds=("random", "structured"), *, training: bool = False) -> list[str]:
+    """Verdict lines (map and mean vs the float64 reference) for one version on fresh images of each
+    shape and kind; the lines name tolerances, not errors, so they read the same on every machine."""
+    xp = device.xp()
+    lines = []
+    for shape in shapes:
+        for kind in kinds:
+            a, b, ref = _case(tuple(shape), kind, len(lines), training)
+            out = check.poison(xp.empty(shape, dtype=np.float32))
+            got = run(version, xp.asarray(a), xp.asarray(b), out=out, training=training)
+            label = f"{version} {'x'.join(map(str, shape))} {kind}"
+            if training:
+                names = ("map", "dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
+                for g, r, name in zip(got, ref, names):
+                    atol = MAP_ATOL * max(1.0, float(np.abs(r).max()))
+                    lines.append(str(check.compare(g, r, atol=atol, name=f"{label} {name} (atol relative to max)")))
+                continue
+            lines.append(str(check.compare(got, ref, atol=MAP_ATOL, name=f"{label} map")))
+            lines.append(str(check.compare(np.array([mean(got)]), np.array([ref.mean()]), atol=MEAN_ATOL,
+                                           name=f"{label} mean")))
+    return lines
+
+
+def mean(ssim_map) -> float:
+    """The SSIM value: the mean of a map, accumulated in float64."""
+    return float(ssim_map.mean(dtype=np.float64))
+
+
+def planes(a):
+    """A 4-D NCHW array as (N*C, H, W), a view."""
+    n, c, h, w = a.shape
+    return a.reshape(n * c, h, w)
+
+
+def numba_launch(kernel, grid, block, img1, img2, out, derivs):
+    """Launch a Numba SSIM kernel; in inference the derivative arguments are a 1-element placeholder
+    the kernel never touches (not the map itself: the simulator copies each argument back)."""
+    if derivs is None:
+        placeholder = device.xp().empty((1, 1, 1, 1), dtype=np.float32)
+        derivs = (placeholder,) * 3
+    kernel[grid, block](planes(img1), planes(img2), planes(out), *(planes(a) for a in derivs))

@@ -1,0 +1,57 @@
+"""Launch the CUDA C++ versions (V3, V4-1, V4 and later .cu files) through CuPy.
+
+Their block geometry is a set of compile-time constants in each .cu file; the grid is computed from
+those same constants, read from the source, so the two cannot disagree.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from kernels.harness import cuda_cpp
+
+from .common import VERSIONS, planes
+
+GPU_TILE: dict = {}  # the geometry is fixed in each .cu file
+SIM_TILE: dict = {}
+_CONSTANT = re.compile(r"constexpr int (\w+) = ([^;]+);")
+HEADER = cuda_cpp.source_path("ssim/ssim_common.cuh")  # the constants every .cu file includes
+
+
+def source(version: str) -> str:
+    """The .cu path (relative to kernels/) of a CUDA C++ version."""
+    name = VERSIONS[version]
+    if not name.endswith(".cu"):
+        raise ValueError(f"{version} is a Numba version, not CUDA C++")
+    return f"ssim/{name}"
+
+
+def kernel_name(version: str) -> str:
+    return "ssim_" + VERSIONS[version][:-3]
+
+
+@lru_cache(maxsize=None)
+def geometry(version: str) -> dict:
+    """threads per block, output columns and rows per block, as the .cu file defines them."""
+    text = HEADER.read_text() + cuda_cpp.source_path(source(version)).read_text()
+    consts: dict = {}
+    for name, expr in _CONSTANT.findall(text):
+        consts[name] = int(eval(expr, {"__builtins__": {}}, dict(consts)))  # our own simple integer expressions
+    return {"threads": consts.get("kThreads", consts["kCols"]), "cols": consts["kCols"], "rows": consts["kRows"]}
+
+
+@lru_cache(maxsize=None)
+def kernel(version: str):
+    return cuda_cpp.load(source(version), kernel_name(version))
+
+
+def launch(version, img1, img2, out, derivs):
+    n, c, h, w = img1.shape
+    g = geometry(version)
+    grid = ((w + g["cols"] - 1) // g["cols"], (h + g["rows"] - 1) // g["rows"], n * c)
+    d = derivs or (out, out, out)  # never written when training == 0
+    kernel(version)(grid, (g["threads"],),
+                    (*(planes(a) for a in (img1, img2, out, *d)), np.int32(h), np.int32(w),
+                     np.int32(derivs is not None)))

@@ -1,0 +1,88 @@
+"""Profiler evidence for the SSIM versions: ncu counters of one inference launch of each version at the
+benchmark size, written to data/results/<gpu-slug>/ssim_ncu.csv (read by notebook 02b).
+
+    python3 scripts/ssim_profile.py [VERSION ...]      # runs ncu on itself; default: every version
+
+Counters: duration, instructions executed (warp level), FFMA thread-instructions, issue-slot use,
+achieved occupancy, local-memory traffic (what V3-0's ring costs), DRAM bytes, and the average number
+of warps stalled per issued instruction for the main stall reasons.
+"""
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STALLS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait", "barrier",
+          "not_selected", "lg_throttle", "no_instruction", "dispatch_stall", "branch_resolving")
+METRICS = {
+    "gpu__time_duration.sum": "duration",
+    "smsp__inst_executed.sum": "warp instructions",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": "FFMA thread instructions",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue slots busy %",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy %",
+    "smsp__inst_executed_op_local_ld.sum": "local load instructions",
+    "smsp__inst_executed_op_local_st.sum": "local store instructions",
+    "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": "local load bytes",
+    "dram__bytes.sum": "DRAM bytes",
+    **{f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio": f"stall {s}" for s in STALLS},
+}
+
+
+def child(versions) -> None:
+    """Under ncu: one warm-up launch (compiles), then the profiled one; ncu skips the first by count."""
+    from kernels.harness import device  # noqa: F401  (first: picks the mode)
+    import cupy
+
+    from kernels.ssim import common
+    a, b = (cupy.asarray(x) for x in common.test_images(common.BENCH_SHAPE))
+    out = cupy.empty(common.BENCH_SHAPE, dtype=cupy.float32)
+    for version in versions:
+        common.run(version, a, b, out=out)
+        cupy.cuda.runtime.deviceSynchronize()
+        print(f"@@ {version}", flush=True)
+        common.run(version, a, b, out=out)
+        cupy.cuda.runtime.deviceSynchronize()
+
+
+def main(versions) -> int:
+    from kernels.harness import device
+    from kernels.harness.results import RESULTS
+    from kernels.ssim import common
+    if not device.on_gpu():
+        print("needs a CUDA GPU and ncu")
+        return 1
+    versions = versions or list(common.VERSIONS)
+    rows = []
+    for version in versions:  # one ncu process per version: its second ssim launch is the profiled one
+        cmd = ["ncu", "--csv", "--page", "raw", "-k", "regex:ssim", "--launch-skip", "1", "--launch-count", "1",
+               "--metrics", ",".join(METRICS), sys.executable, __file__, "--child", version]
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ})
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith('"')]
+        if run.returncode or len(lines) < 3:
+            print(f"{version}: ncu failed (rc {run.returncode})\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+            continue
+        table = list(csv.DictReader(lines[:1] + lines[2:]))  # the second line holds units
+        for metric, name in METRICS.items():
+            value = table[0].get(metric, "")
+            rows.append({"version": version, "metric": name, "value": value.replace(",", "")})
+        print(f"{version}: " + ", ".join(f"{r['metric']}={r['value']}" for r in rows[-len(METRICS):][:6]))
+    gpu = device.slug(device.environment()["gpu"])
+    path = RESULTS / gpu / "ssim_ncu.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["version", "metric", "value"])
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        child(sys.argv[2:])
+    else:
+        sys.exit(main(sys.argv[1:]))

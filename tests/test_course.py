@@ -1,0 +1,144 @@
+"""The reader layer: the results page from any subset of GPUs and chapters, the published-repository
+config (no placeholder URL), the Colab set-up, and the course pages' references to exercises."""
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kernels.harness import colab, device, results
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import book_config  # noqa: E402
+import results_page  # noqa: E402
+
+
+def write_rows(root: Path, gpu: str, chapter: str, rows: list[tuple], date="2026-01-01T00:00:00Z"):
+    env = {"date": date, "commit": "abc", "gpu": gpu, "gpu_slug": device.slug(gpu), "driver": "1.0",
+           "cuda_runtime": "12.9"}
+    results.record(chapter, [dict(zip(("kernel", "problem", "metric", "value", "unit"), r)) for r in rows],
+                   env=env, root=root)
+
+
+# --- the results page ----------------------------------------------------------------------------
+
+def test_results_page_with_two_gpus_and_a_subset_of_chapters(tmp_path):
+    root, out = tmp_path / "results", tmp_path / "generated"
+    write_rows(root, "GPU Alpha", "machine", [("memcpy", "1024 MiB", "GB/s", 1000.0, "GB/s")])
+    write_rows(root, "GPU Alpha", "machine", [("memcpy", "1024 MiB", "GB/s", 1234.0, "GB/s")],
+               date="2026-02-01T00:00:00Z")  # a newer run of the same number wins
+    write_rows(root, "GPU Beta", "machine", [("memcpy", "1024 MiB", "GB/s", 567.0, "GB/s"),
+                                             ("copy_kernel", "1024 MiB", "GB/s", 432.0, "GB/s")])
+    write_rows(root, "GPU Beta", "ssim", [("V1", "1x3x2160x3840", "ms", 3.5, "ms")])
+    md = results_page.write(root, out).read_text()
+    copy = md.split("### Copy bandwidth, 1 GiB")[1].split("###")[0]
+    assert "| memcpy | 1,234 | 567 |" in copy and "| copy_kernel | -- | 432 |" in copy
+    assert "| V1 | -- |" not in md and re.search(r"\| V1 \| 3\.5 \| 2\.26 \|", md), "Beta's V1 beside the A100's"
+    assert "No GPU has recorded this chapter (`conv`) yet" in md
+    assert "| GPU Alpha | 1.0 | 12.9 | machine | 2026-02-01 | abc |" in md
+    images = re.findall(r"\]\(_generated/results/([\w.-]+)\)", md)
+    assert images and all((out / "results" / name).stat().st_size > 1000 for name in images)
+
+
+def test_results_page_without_any_results(tmp_path):
+    md = results_page.write(tmp_path / "none", tmp_path / "generated").read_text()
+    assert "No GPU has recorded results yet." in md
+    assert "NVIDIA TITAN V (source)" in md, "the source's numbers are shown on their own"
+
+
+def test_results_page_drops_stale_figures(tmp_path):
+    out = tmp_path / "generated"
+    (out / "results").mkdir(parents=True)
+    (out / "results" / "old.png").write_bytes(b"x")
+    results_page.write(tmp_path / "none", out)
+    assert not (out / "results" / "old.png").exists()
+
+
+def test_source_rows_match_the_chapters_names():
+    """Each source's numbers land under the same kernel/problem/metric names its chapter records."""
+    for fig in results_page.key_figures():
+        if fig.source:
+            label, rows = fig.source()
+            assert rows and fig.pick({(r["kernel"], r["problem"], r["metric"]): r for r in rows}), fig.title
+
+
+def test_the_committed_results_feed_the_page():
+    gpus = results.gpus()
+    if not gpus:
+        pytest.skip("no data/results yet")
+    data = results_page.measured(results.RESULTS)
+    assert any(results_page.series(f, data) for f in results_page.key_figures() if f.chapter in data)
+
+
+# --- the repository URL: one setting, no placeholder ------------------------------------------------
+
+def test_config_has_no_repository_until_one_is_given():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert "repository" not in config and "colab_url" not in config.get("launch_buttons", {})
+
+
+def test_published_config_adds_repository_and_colab():
+    config = book_config.published_config("https://github.com/someone/labbook.git/")
+    assert config["repository"] == {"url": "https://github.com/someone/labbook", "branch": "main"}
+    assert config["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+    for path in config["sphinx"]["local_extensions"].values():
+        assert Path(path).is_absolute() and Path(path).is_dir()
+
+
+@pytest.mark.parametrize("url", ["https://github.com/OWNER", "git@github.com:a/b.git", "https://gitlab.com/a/b"])
+def test_published_config_rejects_what_colab_cannot_open(url):
+    with pytest.raises(ValueError, match="github.com/<owner>/<name>"):
+        book_config.published_config(url)
+
+
+# --- Colab set-up --------------------------------------------------------------------------------------
+
+def test_pins_come_from_requirements():
+    pins = colab.pins()
+    assert pins["numba-cuda"].startswith("numba-cuda[cu12]==")
+    assert all(name in pins for name in colab.NEEDED.values()) and "numpy" in pins
+
+
+def test_missing_names_the_pinned_requirement(monkeypatch):
+    monkeypatch.setitem(colab.NEEDED, "no_such_module_here", "cupy-cuda12x")
+    assert colab.pins()["cupy-cuda12x"] in colab.missing()
+
+
+def test_setup_installs_only_what_is_missing(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(colab.subprocess, "check_call", lambda cmd: calls.append(cmd))
+    monkeypatch.setattr(colab, "missing", lambda: [])
+    assert colab.setup() == device.MODE and calls == []
+    assert "nothing to install" in capsys.readouterr().out
+    monkeypatch.setattr(colab, "missing", lambda: ["cupy-cuda12x==14.2.0"])
+    colab.setup()
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", "cupy-cuda12x==14.2.0"]]
+    assert "installed cupy-cuda12x==14.2.0" in capsys.readouterr().out
+    colab.setup(install=False)
+    assert len(calls) == 1 and "missing cupy-cuda12x==14.2.0" in capsys.readouterr().out
+
+
+# --- the course pages ------------------------------------------------------------------------------------
+
+def notebook_labels() -> set:
+    labels = set()
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        labels |= set(re.findall(r":label: ([\w-]+)", nb.read_text()))
+    return labels
+
+
+@pytest.mark.parametrize("page", ["syllabus", "teachers"])
+def test_course_pages_reference_existing_exercises(page):
+    text = (ROOT / "book" / f"{page}.md").read_text()
+    refs = set(re.findall(r"\{ref\}`([\w-]+)`", text))
+    assert refs <= notebook_labels(), f"unknown exercise labels: {sorted(refs - notebook_labels())}"
+
+
+def test_auto_checked_exercises_are_the_registered_ones():
+    from kernels.harness import exercise
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    claimed = set(re.findall(r"\{ref\}`([\w-]+)` \(auto-checked\)", text))
+    assert claimed and claimed <= {ex.label for ex in exercise.all_exercises()}
+

@@ -1,0 +1,230 @@
+"""The exercise checker: published solutions pass, deliberately wrong kernels fail, and the words say why."""
+import numpy as np
+import pytest
+
+from kernels.harness import device, exercise
+
+EXERCISES = exercise.all_exercises()
+WRONG = [(ex.label, name) for ex in EXERCISES for name in ex.wrong]
+
+
+def test_chapters_register_exercises_with_wrong_kernels():
+    assert EXERCISES, "no chapter registers an auto-checked exercise"
+    assert all(ex.wrong for ex in EXERCISES), "every exercise needs a wrong kernel that proves it can fail"
+    assert {ex.label.split("-ex-")[0] for ex in EXERCISES} <= {p for p in exercise._chapters_with_exercises()}
+
+
+@pytest.mark.parametrize("label", [ex.label for ex in EXERCISES])
+def test_published_solution_passes(label, rng):
+    report = exercise.get(label).check(exercise.get(label).solution, rng=rng)
+    assert report.ok, str(report)
+    assert report.lines[-1].startswith(f"PASS  {label}")
+
+
+@pytest.mark.parametrize("label,name", WRONG)
+def test_wrong_kernel_fails_and_says_why(label, name, rng):
+    ex = exercise.get(label)
+    launch, words = ex.wrong[name]
+    report = ex.check(launch, rng=rng)
+    assert not report.ok, f"{name!r} passed the checker of {label}"
+    assert words in str(report), str(report)
+
+
+@pytest.mark.gpu
+def test_solutions_pass_and_wrong_kernels_fail_on_the_gpu(rng):
+    for ex in EXERCISES:
+        assert ex.check(ex.solution, rng=rng).ok
+        for name, (launch, words) in ex.wrong.items():
+            report = ex.check(launch, rng=rng)
+            assert not report.ok and words in str(report), f"{ex.label} / {name}: {report}"
+
+
+# --- the checker on small host-side launches (no kernel needed to reach each diagnosis) ---------
+
+def copy_inputs(rng, n):
+    return (rng.standard_normal(n).astype(np.float32),)
+
+
+def identity(x):
+    return x.astype(np.float64)
+
+
+def run(launch, sizes=(37,), make_inputs=copy_inputs, reference=identity, **kw):
+    kw.setdefault("atol", 1e-6)
+    return exercise.check_kernel(launch, reference, make_inputs, sizes=sizes, name="copy", **kw)
+
+
+def host(x):
+    """The simulator hands NumPy views to the launch; these launches run only there."""
+    if device.on_gpu():
+        pytest.skip("host-side launches write NumPy arrays; on a GPU the kernels above cover the checker")
+    return x
+
+
+def test_a_correct_launch_passes_every_size(rng):
+    report = run(lambda out, x: host(out).__setitem__(slice(None), x), sizes=(1, 37, 100), rng=rng)
+    assert report.ok and str(report).splitlines()[-1] == "PASS  copy: 3 sizes, max|err| <= 1e-06"
+
+
+def test_writing_past_the_end_of_the_output_is_caught(rng):
+    def launch(out, x):
+        host(out)[:] = x
+        out.base[out.size] = 0.0  # what an unguarded last block does on a GPU
+    report = run(launch, rng=rng)
+    assert not report.ok and "past the end of `out`" in str(report)
+
+
+def test_changing_an_input_is_caught(rng):
+    def launch(out, x):
+        host(out)[:] = x
+        x[0] = 1.0
+    assert "changed its input argument 1" in str(run(launch, rng=rng))
+
+
+def test_reading_past_the_end_of_an_input_shows_as_nan(rng):
+    def launch(out, x):
+        host(out)[:] = x.base[1:x.size + 1]  # the last element reads the poisoned guard
+    text = str(run(launch, rng=rng))
+    assert "NaN or Inf" in text and "read past the end of an input" in text
+
+
+def test_unwritten_elements_are_told_from_computed_nan(rng):
+    def unwritten(out, x):
+        host(out)[:30] = x[:30]
+    def computed(out, x):
+        host(out)[:] = x
+        out[30:] = np.nan
+    assert "7 of 37 output elements were never written" in str(run(unwritten, rng=rng))
+    text = str(run(computed, rng=rng))
+    assert "never written" not in text and "7 elements are NaN or Inf" in text
+
+
+def test_a_wrong_shape_is_named(rng):
+    report = run(lambda out, x: host(np.zeros((37, 1))), rng=rng)
+    assert "the output has shape (37, 1), expected (37,)" in str(report)
+
+
+def test_exceptions_are_explained(rng):
+    def index_error(out, x):
+        raise IndexError("index 40 is out of bounds for axis 0 with size 37")
+    def type_error(out, x):
+        raise TypeError("launch() takes 1 argument")
+    assert "indexed outside an array" in str(run(index_error, rng=rng))
+    assert "the launch raised TypeError: launch() takes 1 argument" in str(run(type_error, rng=rng))
+
+
+def test_checks_stop_at_the_first_failing_size(rng):
+    calls = []
+    def launch(out, x):
+        calls.append(out.size)
+        host(out)[:] = x if out.size < 50 else 0
+    report = run(launch, sizes=(5, 60, 90), rng=rng)
+    assert not report.ok and 90 not in calls and "size=60" in str(report)
+
+
+# --- explain(): one test per pattern, on synthetic outputs --------------------------------------
+
+@pytest.fixture
+def want(rng):
+    return rng.standard_normal((12, 17))
+
+
+def test_explain_tail_of_unwritten_elements(rng):
+    want = rng.standard_normal(100)
+    got = want.copy()
+    got[90:] = np.nan
+    unwritten = np.isnan(got)
+    (line,) = exercise.explain(got, want, atol=1e-6, unwritten=unwritten)
+    assert "10 of 100 output elements were never written" in line and "the last 10" in line
+    assert "round the block count up" in line
+
+
+def test_explain_last_columns_of_a_2d_output(want):
+    got = want.copy()
+    got[:, 16:] = np.nan
+    (line,) = exercise.explain(got, want, atol=1e-6, unwritten=np.isnan(got))
+    assert "the last 1 indices along axis 1 (from 16 on)" in line
+
+
+def test_explain_wrong_only_at_the_border(want):
+    got = want.copy()
+    got[0, :] += 1
+    got[:, -2:] -= 1
+    lines = exercise.explain(got, want, atol=1e-6)
+    assert "only within 2 elements of the border" in lines[0] and "halo" in lines[0]
+
+
+def test_explain_a_pattern_with_a_period(rng):
+    want = rng.standard_normal(256)
+    got = want.copy()
+    got[31::32] = np.nan  # the last thread of every warp
+    (line,) = exercise.explain(got, want, atol=1e-6, unwritten=np.isnan(got))
+    assert "repeating every 32 elements (positions 31 of each group)" in line
+
+
+def test_explain_transpose(rng):
+    want = rng.standard_normal((9, 9))
+    lines = exercise.explain(want.T.copy(), want, atol=1e-6)
+    assert "transpose" in lines[0]
+
+
+def test_explain_shift_by_one(want):
+    got = np.roll(want, -1, axis=1)
+    assert "shifted by -1 along axis 1" in exercise.explain(got, want, atol=1e-6)[0]
+
+
+def test_explain_constant_offset_and_factor(want):
+    assert "off by the same constant, 0.25" in exercise.explain(want + 0.25, want, atol=1e-6)[0]
+    assert "2 times the expected value (twice" in exercise.explain(2 * want, want, atol=1e-6)[0]
+
+
+def test_explain_small_errors_point_at_precision(want, rng):
+    got = want + rng.uniform(-5e-6, 5e-6, want.shape)
+    line = exercise.explain(got, want, atol=1e-6)[0]
+    assert "the errors are small" in line
+
+
+def test_explain_relative_tolerance_only(want):
+    got = want + 1e-7
+    (line,) = exercise.explain(got, want, atol=1e-6, rtol=1e-9)
+    assert "relative error over the whole output" in line
+
+
+# --- registry and the grading command ------------------------------------------------------------
+
+def test_registry_rejects_bad_and_duplicate_labels():
+    ex = EXERCISES[0]
+    with pytest.raises(ValueError, match="registered twice"):
+        exercise.register(exercise.Exercise(**{**vars(ex)}))
+    with pytest.raises(ValueError, match="<chapter>-ex-<name>"):
+        exercise.register(exercise.Exercise(**{**vars(ex), "label": "saxpy"}))
+    with pytest.raises(KeyError, match="registered: "):
+        exercise.get("machine-ex-nonexistent")
+
+
+SUBMISSION = """
+from numba import cuda
+
+@cuda.jit
+def saxpy(out, x, y, a):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]{bug}
+
+def launch(out, x, y, a):
+    saxpy[(out.size + 31) // 32, 32](out, x, y, a)
+"""
+
+
+def test_grading_command(tmp_path, capsys):
+    good, bad, broken = tmp_path / "good.py", tmp_path / "bad.py", tmp_path / "broken.py"
+    good.write_text(SUBMISSION.format(bug=""))
+    bad.write_text(SUBMISSION.format(bug=" + 1"))
+    broken.write_text("def run(out):\n    pass\n")
+    assert exercise.main(["check", "machine-ex-saxpy", str(good)]) == 0
+    assert exercise.main(["check", "machine-ex-saxpy", str(good), str(bad), str(broken)]) == 1
+    text = capsys.readouterr().out
+    assert "defines no function `launch(out, *inputs)`" in text
+    assert text.rstrip().endswith("1 passed, 2 failed")
+    assert exercise.main(["list"]) == 0
+    assert "machine-ex-saxpy" in capsys.readouterr().out

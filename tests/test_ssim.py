@@ -1,0 +1,283 @@
+"""SSIM chapter: the float64 reference, every Numba version in the CUDA simulator (tiny odd sizes), the
+backward kernel, bad input, and the CUDA C++ sources (compiled with NVRTC; run in test_ssim_gpu.py)."""
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from kernels.harness import check, cuda_cpp, device
+from kernels.ssim import backward, common, cuda_versions
+
+pytestmark = pytest.mark.skipif(device.MODE == device.NONE, reason="needs numba-cuda (GPU or simulator)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_thread_switching():
+    """The simulator runs a block as Python threads; switching more often than every 5 ms halves its time."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(5e-4)
+    yield
+    sys.setswitchinterval(old)
+
+
+def to_device(*arrays):
+    xp = device.xp()
+    return tuple(xp.asarray(a) for a in arrays)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The reference itself
+
+def test_reference_matches_scikit_image_on_valid_region():
+    from skimage.metrics import structural_similarity
+    a, b = common.test_images((1, 2, 32, 41), kind="structured", seed=1)
+    ours = common.crop_valid(common.reference(a, b))
+    for ch in range(2):
+        mssim, full = structural_similarity(a[0, ch].astype(np.float64), b[0, ch].astype(np.float64),
+                                            gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+                                            data_range=1.0, full=True)
+        np.testing.assert_allclose(ours[0, ch], common.crop_valid(full), atol=1e-10)
+        assert abs(ours[0, ch].mean() - mssim) < 1e-10
+
+
+def test_gaussian_window():
+    g = common.gaussian_weights()
+    assert g.shape == (11,) and abs(g.sum() - 1) < 1e-15 and np.allclose(g, g[::-1])
+    assert np.argmax(g) == 5
+
+
+def test_identical_images_give_ssim_one():
+    a, _ = common.test_images((1, 1, 15, 17))
+    np.testing.assert_allclose(common.reference(a, a), 1.0, atol=1e-12)
+
+
+def test_reference_backward_matches_finite_differences():
+    rng = np.random.default_rng(3)
+    x, y = rng.random((2, 1, 1, 12, 13))
+    g = rng.standard_normal((1, 1, 12, 13))
+    loss = lambda img: float((g * common.reference(img, y)).sum())  # noqa: E731
+    analytic = common.reference_backward(x, y, g)
+    numeric = np.zeros_like(x)
+    eps = 1e-6
+    for idx in np.ndindex(x.shape):
+        xp_, xm = x.copy(), x.copy()
+        xp_[idx] += eps
+        xm[idx] -= eps
+        numeric[idx] = (loss(xp_) - loss(xm)) / (2 * eps)
+    assert np.abs(analytic - numeric).max() <= 1e-6 * max(1.0, np.abs(numeric).max())
+
+
+def test_shift_is_what_keeps_float32_within_tolerance():
+    """The float32 model of the kernels' arithmetic: without the shift, smooth bright images lose ~1e-4
+    to cancellation in E[x^2] - mu^2; with it the error is several times smaller."""
+    a, b = common.test_images((1, 1, 200, 240), kind="structured", seed=1)
+    ref = common.reference(a, b)
+    plain = np.abs(common.float32_model(a, b, shift=0.0) - ref).max()
+    shifted = np.abs(common.float32_model(a, b) - ref).max()
+    assert plain > 5 * shifted and shifted < common.MAP_ATOL / 4, (plain, shifted)
+
+
+def test_work_model_and_v2_instruction_model():
+    w = common.work((1, 3, 2160, 3840))
+    assert w["flops"] == 220 * 3 * 2160 * 3840 and w["bytes"] == 12 * 3 * 2160 * 3840
+    assert common.work((1, 1, 4, 4), training=True)["bytes"] == 6 * 4 * 16
+    for bx, by in [(32, 32), (128, 8), (64, 17)]:
+        assert common.v2_ffma_per_block(bx, by) == pytest.approx(165 * bx * (by + 5) / 16)
+    assert common.v2_ffma_total(3840, 2160, 32, 32) == 120 * 68 * 165 * 32 * 37 / 16
+
+
+# ---------------------------------------------------------------------------------------------------
+# Numba versions in the simulator (on a GPU: the same small sizes, real kernels)
+
+def run_checked(version, a, b, **kw):
+    """Run with a poisoned output; return the map as a NumPy array."""
+    xp = device.xp()
+    da, db = to_device(a, b)
+    out = check.poison(xp.empty(a.shape, dtype=np.float32))
+    got = common.run(version, da, db, out=out, **kw)
+    return check.to_host(got) if not isinstance(got, tuple) else tuple(check.to_host(g) for g in got)
+
+
+@pytest.mark.parametrize("version", common.NUMBA_VERSIONS)
+@pytest.mark.parametrize("shape", [(1, 1, 11, 11), (1, 3, 37, 53)])
+def test_numba_version_random(version, shape):
+    a, b = common.test_images(shape, seed=shape[-1] + common.NUMBA_VERSIONS.index(version))
+    ref = common.reference(a, b)
+    got = run_checked(version, a, b)
+    check.assert_close(got, ref, atol=common.MAP_ATOL, name=f"{version} map {shape}")
+    assert abs(common.mean(got) - ref.mean()) <= common.MEAN_ATOL
+
+
+@pytest.mark.parametrize("version", common.NUMBA_VERSIONS)
+def test_numba_version_structured_valid(version):
+    shape = (2, 1, 23, 29)  # batch > 1, smooth + noise (small sigma: the hard case for float32)
+    a, b = common.test_images(shape, kind="structured", seed=7)
+    ref = common.crop_valid(common.reference(a, b))
+    got = run_checked(version, a, b, valid=True)
+    assert got.shape == (2, 1, 13, 19)
+    check.assert_close(got, ref, atol=common.MAP_ATOL, name=f"{version} valid map")
+    assert abs(common.mean(got) - ref.mean()) <= common.MEAN_ATOL
+
+
+def assert_training_close(got, ref, label):
+    names = ("map", "dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
+    for g, r, name in zip(got, ref, names):
+        # the derivative maps reach ~1/C2; their float32 error scales with their size
+        check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{label} {name}")
+
+
+@pytest.mark.parametrize("version", common.NUMBA_VERSIONS)
+def test_numba_version_training(version):
+    a, b = common.test_images((1, 2, 13, 17), seed=11)
+    ref = common.reference(a, b, training=True)
+    got = run_checked(version, a, b, training=True)
+    assert len(got) == 4
+    assert_training_close(got, ref, version)
+
+
+def test_tile_parameters_other_than_default():
+    a, b = common.test_images((1, 1, 19, 21), seed=5)
+    ref = common.reference(a, b)
+    for version, tile in [("V1", {"bx": 4, "by": 8}), ("V2", {"bx": 12, "by": 2, "px": 3}),
+                          ("V3-1", {"bx": 4, "by": 5})]:
+        check.assert_close(run_checked(version, a, b, tile=tile), ref, atol=common.MAP_ATOL, name=version)
+
+
+def test_v2_rejects_tile_not_multiple_of_px():
+    a, b = to_device(*common.test_images((1, 1, 11, 11)))
+    with pytest.raises(ValueError, match="multiple of the outputs per thread"):
+        common.run("V2", a, b, tile={"bx": 10, "by": 2, "px": 4})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Backward
+
+def test_backward_kernel_matches_reference():
+    a, b = common.test_images((1, 2, 19, 23), seed=2)
+    g = np.random.default_rng(4).standard_normal(a.shape).astype(np.float32)
+    da, db, dg = to_device(a, b, g)
+    _, d1, d2, d3 = common.run("V3-1", da, db, training=True)
+    out = check.poison(device.xp().empty(a.shape, dtype=np.float32))
+    got = backward.run(da, db, dg, d1, d2, d3, out=out)
+    ref = common.reference_backward(a, b, g)
+    check.assert_close(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())), name="dL/dimg1")
+
+
+def test_backward_rejects_mismatched_gradient():
+    a, b = to_device(*common.test_images((1, 1, 11, 11)))
+    g = device.xp().zeros((1, 1, 11, 12), dtype=np.float32)
+    with pytest.raises(ValueError, match="grad_map: expected shape"):
+        backward.run(a, b, g, g, g, g)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bad input
+
+@pytest.fixture
+def pair():
+    return to_device(*common.test_images((1, 1, 12, 12)))
+
+
+def test_bad_dtype(pair):
+    a, b = pair
+    with pytest.raises(TypeError, match="float32"):
+        common.run("V1", a.astype(np.float64), b)
+
+
+def test_mismatched_shapes(pair):
+    a, _ = pair
+    b = device.xp().zeros((1, 1, 12, 13), dtype=np.float32)
+    with pytest.raises(ValueError, match="same shape"):
+        common.run("V1", a, b)
+
+
+def test_not_nchw(pair):
+    a, b = pair
+    with pytest.raises(ValueError, match="4 dimensions"):
+        common.run("V1", a[0], b[0])
+
+
+def test_non_contiguous(pair):
+    xp = device.xp()
+    a = xp.zeros((1, 1, 12, 24), dtype=np.float32)[..., ::2]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        common.run("V1", a, xp.ascontiguousarray(a))
+
+
+def test_smaller_than_window():
+    a = device.xp().zeros((1, 1, 10, 40), dtype=np.float32)
+    with pytest.raises(ValueError, match="at least 11x11"):
+        common.run("V1", a, a)
+
+
+def test_not_an_array():
+    with pytest.raises(TypeError, match="expected"):
+        common.run("V1", [[1.0]], [[1.0]])
+
+
+def test_host_array_on_gpu():
+    if not device.on_gpu():
+        pytest.skip("host arrays are the device arrays of the simulator")
+    a = np.zeros((1, 1, 12, 12), dtype=np.float32)
+    with pytest.raises(TypeError, match="host array"):
+        common.run("V1", a, a)
+
+
+def test_unknown_version(pair):
+    with pytest.raises(ValueError, match="unknown SSIM version"):
+        common.run("V9", *pair)
+
+
+def test_wrong_out_shape(pair):
+    out = device.xp().empty((1, 1, 12, 11), dtype=np.float32)
+    with pytest.raises(ValueError, match="out: expected shape"):
+        common.run("V1", *pair, out=out)
+
+
+def test_nan_propagates_to_its_windows_only():
+    a, b = common.test_images((1, 1, 25, 27), seed=9)
+    a[0, 0, 3, 20] = np.nan
+    ref = common.reference(a, b)
+    got = run_checked("V3-1", a, b)
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    assert np.isnan(got).sum() == 9 * 11  # rows 0..8 x columns 15..25
+    check.assert_close(np.nan_to_num(got, nan=0.0), np.nan_to_num(ref, nan=0.0), atol=common.MAP_ATOL)
+
+
+def test_check_finite_raises():
+    a, b = common.test_images((1, 1, 11, 11))
+    b[0, 0, 0, 0] = np.inf
+    with pytest.raises(ValueError, match="img2 has 1 NaN/Inf"):
+        common.run("V1", *to_device(a, b), check_finite=True)
+
+
+def test_cuda_version_in_simulator_says_it_needs_a_gpu(pair):
+    if device.on_gpu():
+        pytest.skip("on a GPU the CUDA C++ versions run (test_ssim_gpu.py)")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        common.run("V4", *pair)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA C++ sources (compiled on the CPU; run in test_ssim_gpu.py)
+
+def test_cuda_weights_and_shift_match_reference():
+    text = cuda_versions.HEADER.read_text()
+    assert float(re.search(r"kShift = ([0-9.]+)f;", text).group(1)) == common.SHIFT
+    body = re.search(r"kGauss\[kWindow\] = \{([^}]*)\}", text).group(1)
+    weights = np.array([float(v.strip().rstrip("f")) for v in body.split(",")], dtype=np.float32)
+    np.testing.assert_array_equal(weights, common.GAUSS)
+
+
+def test_cuda_geometry_read_from_source():
+    assert cuda_versions.geometry("V3") == {"threads": 128, "cols": 128, "rows": 64}
+    assert cuda_versions.geometry("V4") == {"threads": 32, "cols": 64, "rows": 72}
+
+
+@pytest.mark.parametrize("version", common.CUDA_VERSIONS)
+def test_cuda_register_rotation_does_not_spill(version):
+    """The point of V3..V4 is a ring/partial sums in registers: ptxas must not spill them."""
+    res = cuda_cpp.compile_cubin(cuda_versions.source(version), "sm_90").resources
+    (r,) = [r for r in res if r.kernel == cuda_versions.kernel_name(version)]
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_bytes == 0, r
