@@ -43,7 +43,7 @@ def main() -> int:
     env = device.environment()
     mine, reference = env["gpu_slug"], results.REFERENCE_GPU
     # The reference as committed, before this run appends (when this GPU is the reference GPU).
-    before = {p.stem: results.latest(p.stem, reference) for p in (results.RESULTS / reference).glob("*.csv")}
+    before = {c: results.latest(c, reference) for c in results.chapters(reference)}
     out_dir = ROOT / "build" / "rerun" / mine
     out_dir.mkdir(parents=True, exist_ok=True)
     for nb in notebooks:
@@ -58,16 +58,16 @@ def main() -> int:
         nbformat.write(executed, target)
     print(f"\nThis run on {env['gpu']} vs the reference GPU {reference} (as committed)")
     print(f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} {'ratio':>6}")
-    for path in sorted((results.RESULTS / mine).glob("*.csv")):
-        ref = before.get(path.stem, {})
-        for key, row in sorted(results.latest(path.stem, mine).items()):
+    for chapter in results.chapters(mine):
+        ref = before.get(chapter, {})
+        for key, row in sorted(results.latest(chapter, mine).items()):
             if row["date"] < env["date"]:
                 continue  # only what this run measured
             ours = float(row["value"])
             theirs = float(ref[key]["value"]) if key in ref else None
             ratio = f"{ours / theirs:6.3f}" if theirs else f"{'-':>6}"
             theirs_s = f"{theirs:11.4g}" if theirs is not None else f"{'-':>11}"
-            print(f"{path.stem:<10.10} {key[0]:<18.18} {key[1]:<24.24} {key[2]:<22.22} {ours:11.4g} {theirs_s} {ratio}")
+            print(f"{chapter:<10.10} {key[0]:<18.18} {key[1]:<24.24} {key[2]:<22.22} {ours:11.4g} {theirs_s} {ratio}")
     return 0
 
 

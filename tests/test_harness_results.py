@@ -24,6 +24,12 @@ def test_record_appends_with_environment_and_never_overwrites(tmp_path):
     assert latest[("k", "p", "GB/s")]["value"] == "2.0"
 
 
+def test_chapters_lists_results_files_only(tmp_path):
+    results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
+    (tmp_path / "test-gpu" / "ssim_ncu.csv").write_text("version,metric,value\nV1,x,1\n")
+    assert results.chapters("test-gpu", root=tmp_path) == ["machine"]
+
+
 def test_other_gpus_keep_their_own_folder(tmp_path):
     results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
     results.record("machine", [row(5.0)], env=ENV | {"gpu_slug": "other"}, root=tmp_path)

@@ -62,6 +62,16 @@ def latest(chapter: str, gpu_slug: str, root: Path | None = None) -> dict:
     return {(r["kernel"], r["problem"], r["metric"]): r for r in rows}
 
 
+def chapters(gpu_slug: str, root: Path | None = None) -> list[str]:
+    """The chapters with results for one GPU (CSV files in this module's format; profiler dumps beside them are not)."""
+    out = []
+    for path in sorted((Path(root or RESULTS) / gpu_slug).glob("*.csv")):
+        with path.open(newline="") as f:
+            if tuple(next(csv.reader(f), ())) == COLUMNS:
+                out.append(path.stem)
+    return out
+
+
 def gpus(root: Path | None = None) -> list[str]:
     base = Path(root or RESULTS)
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.exists() else []
