@@ -44,11 +44,11 @@ def measured(root: Path) -> dict:
     """{chapter: {gpu name: {(kernel, problem, metric): row}}}, the newest row of each number per GPU."""
     out: dict = {}
     for slug in results.gpus(root):
-        for path in sorted((root / slug).glob("*.csv")):
-            latest = results.latest(path.stem, slug, root)
+        for chapter in results.chapters(slug, root):
+            latest = results.latest(chapter, slug, root)
             if latest:
                 name = next(iter(latest.values())).get("gpu") or slug
-                out.setdefault(path.stem, {})[name] = latest
+                out.setdefault(chapter, {})[name] = latest
     return out
 
 
@@ -186,7 +186,7 @@ def runs_table(root: Path) -> str:
     """One line per GPU: its name, driver, CUDA, the chapters it recorded and its newest run."""
     rows = []
     for slug in results.gpus(root):
-        chapters = {p.stem: results.load(p.stem, slug, root) for p in sorted((root / slug).glob("*.csv"))}
+        chapters = {c: results.load(c, slug, root) for c in results.chapters(slug, root)}
         newest = max((r for rs in chapters.values() for r in rs), key=lambda r: r["date"], default=None)
         if newest:
             rows.append({"GPU": newest["gpu"], "driver": newest["driver"], "CUDA": newest["cuda_runtime"],
