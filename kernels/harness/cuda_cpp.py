@@ -92,8 +92,7 @@ def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) ->
     """Compile one .cu file with NVRTC for ``arch``; raise with the compiler's log on error.
 
     The file's own folder is on the include path, so a chapter's shared header is found.
-    Each (source text, arch, options) is compiled once per process: NVRTC 13 answers a repeated,
-    identical compile from its own cache with the same cubin but an empty log (no ptxas report)."""
+    Each (source text, arch, options) is compiled once per process."""
     if not re.fullmatch(r"sm_\d+a?", arch):
         raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
     src = source_path(path)
@@ -108,7 +107,17 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
     _nvrtc_ok(err, "create")
     opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *options, f"-I{src.parent}",
             *(f"-I{d}" for d in include_dirs())]
-    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+    # NVRTC 13 answers a compile it has seen before -- in this process or, through the CUDA
+    # cache on disk, in an earlier one -- with the cubin but an empty log: keep the cache out.
+    saved = os.environ.get("CUDA_CACHE_DISABLE")
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+    finally:
+        if saved is None:
+            del os.environ["CUDA_CACHE_DISABLE"]
+        else:
+            os.environ["CUDA_CACHE_DISABLE"] = saved
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
     log = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log)
