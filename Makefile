@@ -48,11 +48,11 @@ test: $(SETUP) book browser
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 gpu-test: $(SETUP)
-	BOOK_MODE=gpu $(PYTHON) -m pytest -q -ra -m gpu tests
+	$(PYTHON) -m pytest -q -ra -m gpu tests
 
 rerun: $(SETUP)
 	@test -n "$(CHAPTER)" || (echo "usage: make rerun CHAPTER=<name>, e.g. CHAPTER=machine" && exit 2)
-	BOOK_MODE=gpu $(PYTHON) scripts/rerun.py $(CHAPTER) $(if $(filter 1,$(UPDATE)),--update,)
+	$(PYTHON) scripts/rerun.py $(CHAPTER) $(if $(filter 1,$(UPDATE)),--update,)
 
 rerun-all: $(SETUP)
 	@for c in $(CHAPTERS); do $(MAKE) --no-print-directory rerun CHAPTER=$$c || exit 1; done

@@ -5,6 +5,12 @@ import pytest
 from kernels.harness import device
 
 
+def pytest_configure(config):
+    if config.getoption("-m") == "gpu" and device.MODE != device.GPU:
+        pytest.exit(f"the tests marked gpu need a CUDA GPU, and this machine has none ({device.REASON}); "
+                    "`make test` runs everything else in the CUDA simulator", returncode=2)
+
+
 def pytest_collection_modifyitems(config, items):
     if device.MODE == device.GPU:
         return
