@@ -141,4 +141,6 @@ def test_auto_checked_exercises_are_the_registered_ones():
     text = (ROOT / "book" / "syllabus.md").read_text()
     claimed = set(re.findall(r"\{ref\}`([\w-]+)` \(auto-checked\)", text))
     assert claimed and claimed <= {ex.label for ex in exercise.all_exercises()}
+    unmarked = {ex.label for ex in exercise.all_exercises()} - claimed
+    assert not unmarked, f"registered but not marked (auto-checked) in the syllabus: {sorted(unmarked)}"
 

@@ -14,6 +14,22 @@ def test_chapters_register_exercises_with_wrong_kernels():
     assert {ex.label.split("-ex-")[0] for ex in EXERCISES} <= {p for p in exercise._chapters_with_exercises()}
 
 
+def test_each_chapter_with_exercises_is_discovered_under_its_notebook_labels():
+    """kernels/<chapter>/exercises.py is found by the registry, and each label is a notebook's {exercise}."""
+    import json
+    import re
+    notebooks = exercise.KERNELS.parent / "notebooks"
+    labels = set()
+    for nb in notebooks.glob("*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                labels |= set(re.findall(r"\{exercise\}[^\n]*\n:label: ([\w-]+)", "".join(cell["source"])))
+    registered = {ex.label for ex in EXERCISES}
+    assert {"machine", "ssim", "conv"} <= set(exercise._chapters_with_exercises())
+    assert {"machine-ex-saxpy", "ssim-ex-blur-x", "conv-ex-coalescing"} <= registered
+    assert registered <= labels, f"registered without an {{exercise}} directive: {sorted(registered - labels)}"
+
+
 @pytest.mark.parametrize("label", [ex.label for ex in EXERCISES])
 def test_published_solution_passes(label, rng):
     report = exercise.get(label).check(exercise.get(label).solution, rng=rng)
