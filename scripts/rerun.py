@@ -52,6 +52,9 @@ def main() -> int:
         papermill.execute_notebook(str(nb), str(target), parameters={"profile": "full"},
                                    cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
         executed = nbformat.read(target, as_version=4)
+        for cell in executed.cells:  # papermill's copy of the parameters: the book shows the original only
+            if "injected-parameters" in cell.metadata.get("tags", []) and "remove-cell" not in cell.metadata.tags:
+                cell.metadata.tags.append("remove-cell")
         executed.metadata["lab_run"] = {k: env.get(k) for k in
                                         ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",
                                          "max_sm_clock_mhz", "max_mem_clock_mhz")}
