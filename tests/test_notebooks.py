@@ -1,4 +1,5 @@
 """Every chapter notebook executes on this machine with profile "ci" (papermill, into a temporary folder)."""
+import ast
 from pathlib import Path
 
 import nbformat
@@ -31,3 +32,27 @@ def test_notebook_structure(notebook):
     assert any(c.get("outputs") for c in code), "committed with the outputs of a GPU run"
     assert "lab_run" in nb.metadata and nb.metadata["lab_run"].get("gpu"), "metadata names the GPU of the run"
     assert any("{exercise}" in c.source for c in nb.cells if c.cell_type == "markdown"), "exercises at the end"
+
+
+def _discarded_tables(source: str) -> list[int]:
+    """Lines where show.table(...) is a statement whose value Jupyter never displays: anywhere but the
+    cell's last top-level statement (inside an if-block, say) its Markdown is built and thrown away."""
+    tree = ast.parse(source)
+    last = tree.body[-1] if tree.body else None
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and node is not last and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func) == "show.table"]
+
+
+def test_discarded_table_is_caught():
+    assert _discarded_tables("if ok:\n    show.table(rows)\nelse:\n    print(1)") == [2]
+    assert _discarded_tables("x = 1\nshow.table(rows)") == []
+    assert _discarded_tables("if ok:\n    display(show.table(rows))") == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_table_is_displayed(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    lost = [(i, line) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for line in _discarded_tables(c.source)]
+    assert not lost, f"show.table result never displayed (cell, line): {lost}; wrap it in display(...)"
