@@ -1,6 +1,8 @@
 """The reader layer: the results page from any subset of GPUs and chapters, the published-repository
 config (no placeholder URL), the Colab set-up, and the course pages' references to exercises."""
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -85,6 +87,21 @@ def test_published_config_adds_repository_and_colab():
     assert config["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
     for path in config["sphinx"]["local_extensions"].values():
         assert Path(path).is_absolute() and Path(path).is_dir()
+
+
+def test_published_page_has_a_colab_button(tmp_path):
+    """A notebook page rendered with the published config links to the same notebook in Colab."""
+    book = tmp_path / "book"
+    (book / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / "01_machine.ipynb", book / "notebooks")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: notebooks/01_machine\n")
+    config = book_config.published_config("https://github.com/someone/labbook")
+    (book / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    subprocess.run([sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(book),
+                    "--quiet"], check=True, capture_output=True)
+    page = (book / "_build" / "html" / "notebooks" / "01_machine.html").read_text()
+    assert ("https://colab.research.google.com/github/someone/labbook/blob/main/notebooks/01_machine.ipynb"
+            in page)
 
 
 @pytest.mark.parametrize("url", ["https://github.com/OWNER", "git@github.com:a/b.git", "https://gitlab.com/a/b"])
