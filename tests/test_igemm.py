@@ -72,6 +72,7 @@ def test_problem_arithmetic():
     assert (m, n, k) == (50176, 512, 2304)
     assert ig.PROBLEM.flops == pytest.approx(118.4e9, rel=1e-3)
     assert ig.PROBLEM.grid() == (392, 4)
+    assert ig.PROBLEM.ws_tiles() == 392 * 2 and ig.ODD_PROBLEMS[0].ws_tiles() == 2
     assert ig.CI_PROBLEM.grid() == (1, 1)
     assert ig.gemm_problem(32).gemm == (4096, 4096, 32)
     with pytest.raises(ValueError, match="multiple of 64"):
@@ -85,6 +86,7 @@ def test_shared_memory_budget():
     assert ig.smem_bytes(5, 4) == 4 * ig.STAGE_BYTES
     assert ig.smem_bytes(6, 3) == 3 * 32768 + 1024 >= ig.EPILOGUE_BYTES + 1024   # output tile fits too
     assert ig.smem_bytes(6, 5) <= 227 * 1024                          # Hopper's per-block limit
+    assert ig.smem_bytes(7, 4) == 4 * 49152 + 1024 <= 227 * 1024        # 4 stages of 128x64 + 256x64 halves
 
 
 def test_swizzle_is_conflict_free_and_a_permutation():
@@ -137,7 +139,7 @@ def test_wrong_layouts_are_named():
 def test_first_layer_is_refused_by_the_tensor_core_steps_only():
     x, w = _inputs(ig.FIRST_LAYER)
     assert ig.validate(1, x, w) == ig.FIRST_LAYER
-    for step in (2, 3, 4, 5, 6):
+    for step in (2, 3, 4, 5, 6, 7, 8):
         with pytest.raises(ValueError, match="C = 3 is not a multiple of 8"):
             ig.validate(step, x, w)
     p = ig.Problem(n=1, h=5, w=5, c=8, k=12)
@@ -154,7 +156,7 @@ def test_bad_geometry_and_arguments():
     with pytest.raises(ValueError, match="pad"):
         ig.validate(1, x, w, pad=-1)
     with pytest.raises(ValueError, match="step must be one of"):
-        ig.validate(7, x, w)
+        ig.validate(9, x, w)
     with pytest.raises(ValueError, match="expected shape"):
         ig.validate(1, x, w, np.zeros((1, 2, 3, 4), np.float16))
     with pytest.raises(ValueError, match="fused in steps"):
@@ -174,6 +176,12 @@ def test_pipeline_depth_is_checked():
         ig.launcher(4, x, w, out, stages=6)
     with pytest.raises(ValueError, match="x_bypass_l1 rebuilds step 4 or 5 only"):
         ig.launcher(6, x, w, out, x_bypass_l1=True)
+    with pytest.raises(ValueError, match="stages of step 7 must be an integer from 3 to 4"):
+        ig.launcher(7, x, w, out, stages=5)
+    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8\) only"):
+        ig.launcher(6, x, w, out, blocks=1)
+    with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
+        ig.launcher(7, x, w, out, blocks=2)
 
 
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
@@ -227,10 +235,29 @@ def test_wgmma_step_compiles_for_sm90a(stages):
         assert sass.opcodes(sass.disassemble(compiled))["HGMMA"] == 4    # 4 k16 slices of one K step
 
 
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("step", ig.SPECIALIZED)
+def test_warp_specialized_steps_compile_for_sm90a(step, stages):
+    compiled = cuda_cpp.compile_cubin(ig.STEPS[step][0], "sm_90a", (f"-DSTAGES={stages}",))
+    (res,) = compiled.resources
+    assert res.kernel == ig.STEPS[step][1]
+    # The producer's gather fits its 104 registers and the consumers' accumulators their 200, unspilled.
+    assert res.spill_stores == 0 and res.spill_loads == 0, compiled.log
+    # setmaxnreg only redistributes what the block holds: ptxas must give it 384 x 168.
+    assert res.registers == ig.WS_REGISTERS and "C7510" not in compiled.log, compiled.log
+    if sass.available():
+        ops = sass.opcodes(sass.disassemble(compiled))
+        assert ops["HGMMA"] == 4 and ops["USETMAXREG"] == 2      # 4 k16 slices of 64x256; dec and inc
+        assert ops.get("BAR", 0) == 1                              # one barrier, after the mbarrier set-up
+        assert ops["LDGSTS"] == (24 if step == 7 else 8)           # step 8: the filters come by TMA (UTMALDG)
+        assert ops.get("UTMALDG", 0) == (step == 8)
+
+
+@pytest.mark.parametrize("step", ig.WGMMA)
 @pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
-def test_wgmma_step_builds_empty_for_other_targets(arch):
-    (res,) = cuda_cpp.compile_cubin(ig.STEPS[6][0], arch, ("-DSTAGES=4",)).resources
-    assert res.kernel == ig.STEPS[6][1] and res.registers < 16      # the stub: the launcher never runs it
+def test_wgmma_steps_build_empty_for_other_targets(arch, step):
+    (res,) = cuda_cpp.compile_cubin(ig.STEPS[step][0], arch, ("-DSTAGES=4",)).resources
+    assert res.kernel == ig.STEPS[step][1] and res.registers < 16      # the stub: the launcher never runs it
 
 
 # ---- GPU: every step against the reference -------------------------------------------------------
@@ -240,7 +267,7 @@ GPU_PROBLEMS = list(ig.ODD_PROBLEMS) + [ig.CI_PROBLEM, ig.PROBLEM]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: p.label())
-@pytest.mark.parametrize("step", [2, 3, 4, 5, 6])
+@pytest.mark.parametrize("step", [2, 3, 4, 5, 6, 7, 8])
 def test_tensor_core_steps(step, problem, rng):
     import cupy
     x, w = ig.random_inputs(problem, rng, cupy)
@@ -262,13 +289,30 @@ def test_naive_step_on_gpu(problem, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("step, stages, bypass", [(4, 2, False), (4, 4, False), (5, 2, False), (5, 4, False),
-                                                 (6, 3, False), (6, 5, False), (4, 3, True), (5, 3, True)])
+                                                 (6, 3, False), (6, 5, False), (7, 3, False), (7, 4, False),
+                                                 (8, 3, False), (8, 4, False),
+                                                 (4, 3, True), (5, 3, True)])
 def test_pipeline_depths(step, stages, bypass, rng):
     import cupy
     problem = ig.ODD_PROBLEMS[0]
     x, w = ig.random_inputs(problem, rng, cupy)
     out = ig.conv(step, x, w, stages=stages, x_bypass_l1=bypass)
     result = ig.compare(out, ig.reference(x, w), problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("blocks", [1, 3, 16])
+@pytest.mark.parametrize("step", ig.SPECIALIZED)
+def test_warp_specialized_blocks_walk_the_tiles(step, blocks, stages, rng):
+    """Fewer blocks than tiles: each block's stage ring and mbarrier phases run on across its tiles."""
+    import cupy
+    problem = ig.ODD_PROBLEMS[3]                      # 8 x 2 tiles, ragged in M
+    x, w = ig.random_inputs(problem, rng, cupy)
+    bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
+    out = ig.conv(step, x, w, bias=bias, alpha=0.5, stages=stages, blocks=blocks)
+    result = ig.compare(out, ig.reference(x, w, bias=bias, alpha=0.5), problem)
     assert result.ok, f"{result} -- {result.detail}"
 
 

@@ -20,6 +20,9 @@ from ..harness import check, device
 BLOCK_M = BLOCK_N = 128           # the block tile of steps 2-6 (the source's 128x128)
 THREADS = 128                     # steps 2-5: 4 warps of 64x64
 WGMMA_THREADS = 256               # step 6: 2 warpgroups of 64x128
+WS_BLOCK_N = 256                  # steps 7-8: 128x256 tiles, one copying and two multiplying warpgroups
+WS_THREADS = 384
+WS_REGISTERS = 168                # their setmaxnreg split adds up to 384 threads x 168 registers
 CHUNK = 8                         # fp16 channels per 16-byte load: C and K must be multiples of it
 # Steps 3-5: one 128x32 tile = 4 blocks of 128 rows x 8 halves (2048 B), 32 B apart (the source's gap).
 CHUNK_STRIDE_BYTES = 128 * 16 + 32
@@ -27,7 +30,8 @@ TILE_BYTES = 4 * CHUNK_STRIDE_BYTES
 STAGE_BYTES = 2 * TILE_BYTES      # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2   # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2        # step 6: A and B tiles of 128 rows x 64 halves, swizzled
-WGMMA_ALIGN = 1024                # step 6's swizzled tiles start on 1024-byte boundaries
+WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-8: 128 rows of A and 256 of B, 64 halves each
+WGMMA_ALIGN = 1024                # steps 6-8's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1          # the CUDA C++ steps index with 32-bit integers
 
 STEPS = {
@@ -37,10 +41,15 @@ STEPS = {
     4: ("igemm/v4_cp_async.cu", "igemm_v4_cp_async"),
     5: ("igemm/v5_epilogue.cu", "igemm_v5_epilogue"),
     6: ("igemm/v6_wgmma.cu", "igemm_v6_wgmma"),
+    7: ("igemm/v7_warp_specialized.cu", "igemm_v7_warp_specialized"),
+    8: ("igemm/v8_tma_filters.cu", "igemm_v8_tma_filters"),
 }
-PIPELINED = (4, 5, 6)             # steps whose shared memory is dynamic: STAGES buffers of a stage each
-EPILOGUE = (5, 6)                 # steps that take alpha, bias and ReLU
-STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5)}   # step 6 keeps one wgmma batch in flight: 3 stages at least
+PIPELINED = (4, 5, 6, 7, 8)       # steps whose shared memory is dynamic: STAGES buffers of a stage each
+EPILOGUE = (5, 6, 7, 8)           # steps that take alpha, bias and ReLU
+WGMMA = (6, 7, 8)                 # steps built for sm_90a (Hopper's wgmma)
+SPECIALIZED = (7, 8)              # warp-specialized steps: 128x256 tiles, a grid of `blocks` walking them
+# Steps 6-8 keep one wgmma batch in flight: 3 stages at least; 5 of steps 7-8's 48 KB no longer fit.
+STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5), 7: (3, 4), 8: (3, 4)}
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,11 @@ class Problem:
         """Blocks of the tensor-core steps: 128-row tiles of M by 128-column tiles of N."""
         m, n, _ = self.gemm
         return -(-m // BLOCK_M), -(-n // BLOCK_N)
+
+    def ws_tiles(self) -> int:
+        """Steps 7-8's 128x256 tiles, which their blocks walk through in order."""
+        m, n, _ = self.gemm
+        return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
 
     def label(self) -> str:
         return (f"x[{self.n},{self.h},{self.w},{self.c}] * w[{self.k},{self.r},{self.s},{self.c}] "
@@ -228,9 +242,11 @@ def _device_pointer(a) -> int:
 
 def smem_bytes(step: int, stages: int) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or the epilogue's re-tiled output if larger
-    (step 6 adds room to align its tiles to 1024 bytes)."""
+    (steps 6-8 add room to align their tiles to 1024 bytes)."""
     if step == 6:
         return stages * WGMMA_STAGE_BYTES + WGMMA_ALIGN
+    if step in SPECIALIZED:
+        return stages * WS_STAGE_BYTES + WGMMA_ALIGN
     pipeline = stages * STAGE_BYTES
     return max(pipeline, EPILOGUE_BYTES) if step == 5 else pipeline
 
@@ -242,16 +258,16 @@ def swizzle128(row: int, chunk: int) -> int:
 
 
 def default_stages(step: int) -> int:
-    return 4 if step == 6 else 3
+    return 4 if step in WGMMA else 3
 
 
 def threads(step: int) -> int:
-    return WGMMA_THREADS if step == 6 else THREADS
+    return WGMMA_THREADS if step == 6 else WS_THREADS if step in SPECIALIZED else THREADS
 
 
 @lru_cache(maxsize=None)
 def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
-    """The compiled CUDA C++ kernel of ``step`` (2-6), with its dynamic shared memory allowed.
+    """The compiled CUDA C++ kernel of ``step`` (2-8), with its dynamic shared memory allowed.
 
     ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
     from ..harness import cuda_cpp
@@ -259,13 +275,18 @@ def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
     if step not in PIPELINED:
         return cuda_cpp.load(path, name)
     options = (f"-DSTAGES={stages}",) + (("-DX_BYPASS_L1",) if x_bypass_l1 else ())
-    if step == 6:
+    if step in WGMMA:
         import cupy
         cc = cupy.cuda.Device().compute_capability
         if cc != "90":
-            raise RuntimeError(f"step 6 uses wgmma, which needs a Hopper GPU built for sm_90a "
+            raise RuntimeError(f"step {step} uses wgmma, which needs a Hopper GPU built for sm_90a "
                                f"(compute capability 9.0); this GPU is {cc[:-1]}.{cc[-1]}: use steps 2-5")
         kernel = cuda_cpp.load(path, name, options=options, arch="sm_90a")
+        if step in SPECIALIZED and kernel.num_regs != WS_REGISTERS:
+            # setmaxnreg only moves registers the block holds: with another count the consumers'
+            # request would never be granted and the kernel would hang.
+            raise RuntimeError(f"step {step} was compiled to {kernel.num_regs} registers per thread; its "
+                               f"setmaxnreg split needs exactly {WS_REGISTERS}")
     else:
         kernel = cuda_cpp.load(path, name, options=options)
     kernel.max_dynamic_shared_size_bytes = smem_bytes(step, stages)
@@ -273,8 +294,12 @@ def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
 
 
 def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0,
-             relu: bool = False, stages: int | None = None, x_bypass_l1: bool = False) -> Callable[[], None]:
-    """Validate once, then return a function that only enqueues the kernel (what timing needs)."""
+             relu: bool = False, stages: int | None = None, x_bypass_l1: bool = False,
+             blocks: int | None = None) -> Callable[[], None]:
+    """Validate once, then return a function that only enqueues the kernel (what timing needs).
+
+    ``blocks`` (steps 7-8 only): how many blocks walk over the tiles; by default one per SM (a
+    persistent grid), ``problem.ws_tiles()`` gives one block per tile."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
     if step not in EPILOGUE and (alpha != 1.0 or relu):
         raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in "
@@ -286,35 +311,65 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
             raise ValueError(f"stages of step {step} must be an integer from {low} to {high}, got {stages!r}")
     if x_bypass_l1 and step not in (4, 5):
         raise ValueError("x_bypass_l1 rebuilds step 4 or 5 only")
+    if blocks is not None and step not in SPECIALIZED:
+        raise ValueError(f"blocks sets the grid of steps {SPECIALIZED} only")
+    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= problem.ws_tiles()):
+        raise ValueError(f"blocks must be an integer from 1 to the {problem.ws_tiles()} tiles, got {blocks!r}")
     if step == 1:
         from .v1_naive import THREADS as NAIVE_THREADS, igemm_naive
-        blocks = -(-int(np.prod(problem.y_shape)) // NAIVE_THREADS)
-        kernel = igemm_naive[blocks, NAIVE_THREADS]
+        naive_blocks = -(-int(np.prod(problem.y_shape)) // NAIVE_THREADS)
+        kernel = igemm_naive[naive_blocks, NAIVE_THREADS]
         return lambda: kernel(x, w, out, problem.pad, problem.stride)
     kernel = cuda_kernel(step, stages, x_bypass_l1)   # raises a clear error in the simulator
     import cupy
     i32 = cupy.int32
     pr = problem
-    args = (x, w, out, i32(pr.n), i32(pr.h), i32(pr.w), i32(pr.c), i32(pr.k), i32(pr.r), i32(pr.s),
-            i32(pr.p), i32(pr.q), i32(pr.pad), i32(pr.stride))
+    # Step 8 reads the filters through a TMA descriptor instead of a pointer.
+    args = (x, filter_tensor_map(w) if step == 8 else w, out, i32(pr.n), i32(pr.h), i32(pr.w), i32(pr.c),
+            i32(pr.k), i32(pr.r), i32(pr.s), i32(pr.p), i32(pr.q), i32(pr.pad), i32(pr.stride))
     if step in EPILOGUE:
         if bias is None:
             bias = cupy.zeros(pr.k, dtype=cupy.float32)
         args += (bias, cupy.float32(alpha), i32(bool(relu)))
     shared = smem_bytes(step, stages) if step in PIPELINED else 0
     grid = problem.grid()
+    if step in SPECIALIZED:
+        grid = (int(blocks) if blocks else min(problem.ws_tiles(), device.properties()["sms"]),)
     block = (threads(step),)
     return lambda: kernel(grid, block, args, shared_mem=shared)
 
 
+def filter_tensor_map(w):
+    """Step 8's TMA descriptor of the KRSC filters seen as a (K, RSC) fp16 matrix -- boxes of 256 rows
+    x 64 taps (128 B), the 128-byte swizzle, zeros outside -- as the 128-byte device array the kernel
+    reads. It holds w's address: build it for every new ``w``."""
+    import cupy
+    from cuda.bindings import driver as cu
+    k = w.shape[0]
+    kd = w.size // k
+    (err,) = cu.cuInit(0)
+    if err == cu.CUresult.CUDA_SUCCESS:
+        err, tensor_map = cu.cuTensorMapEncodeTiled(
+            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, w.data.ptr,
+            # sizes from the innermost dimension out, then the row stride in bytes
+            [cu.cuuint64_t(kd), cu.cuuint64_t(k)], [cu.cuuint64_t(2 * kd)],
+            [cu.cuuint32_t(64), cu.cuuint32_t(WS_BLOCK_N)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed for filters of shape {tuple(w.shape)}: {err}")
+    return cupy.asarray(np.array(tensor_map.opaque, dtype=np.uint64))
+
+
 def conv(step: int, x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False,
-         stages: int | None = None, out=None, x_bypass_l1: bool = False):
+         stages: int | None = None, out=None, x_bypass_l1: bool = False, blocks: int | None = None):
     """Run one step and return its output (poisoned first, so nothing unwritten can pass)."""
     if out is None:
         problem = validate(step, x, w, pad=pad, stride=stride, bias=bias)
         out = check.poison(_module(x).empty(problem.y_shape, dtype=np.float16))
     launcher(step, x, w, out, pad=pad, stride=stride, bias=bias, alpha=alpha, relu=relu, stages=stages,
-             x_bypass_l1=x_bypass_l1)()
+             x_bypass_l1=x_bypass_l1, blocks=blocks)()
     return out
 
 

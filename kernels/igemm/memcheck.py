@@ -1,32 +1,39 @@
 """Run every step once at odd shapes, for ``compute-sanitizer --tool memcheck`` (needs a GPU):
 
-    compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.igemm.memcheck
+    compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.igemm.memcheck [STEP ...]
 
-Prints one verdict per run; exits non-zero if any result is wrong.
+Prints one verdict per run; exits non-zero if any result is wrong. Steps named on the command line
+limit the runs to those steps.
 """
 import sys
 
 import numpy as np
 
 
-def main() -> int:
+def main(steps=None) -> int:
     import cupy
 
     from . import common as ig
     rng = np.random.default_rng(0)
-    runs = [(1, ig.FIRST_LAYER, None)] + [(step, p, stages) for p in ig.ODD_PROBLEMS[:3]
-                                           for step, stages in ((2, None), (3, None), (4, 2), (4, 3), (5, 2),
-                                                                (5, 4), (6, 3), (6, 5))]
+    runs = [(1, ig.FIRST_LAYER, {})] + [(step, p, options) for p in ig.ODD_PROBLEMS[:3]
+                                         for step, options in ((2, {}), (3, {}), (4, {"stages": 2}),
+                                                               (4, {"stages": 3}), (5, {"stages": 2}),
+                                                               (5, {"stages": 4}), (6, {"stages": 3}),
+                                                               (6, {"stages": 5}), (7, {"stages": 3}),
+                                                               (7, {"stages": 4, "blocks": 1}), (8, {"stages": 3}),
+                                                               (8, {"stages": 4, "blocks": 1}))]
     failed = 0
-    for step, problem, stages in runs:
+    for step, problem, options in runs:
+        if steps and step not in steps:
+            continue
         x, w = ig.random_inputs(problem, rng, cupy)
-        out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, stages=stages)
+        out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, **options)
         result = ig.compare(out, ig.reference(x, w, pad=problem.pad, stride=problem.stride), problem,
-                            name=f"step {step} ({stages or 'default'} stages) {problem.label()}")
+                            name=f"step {step} {options or '(defaults)'} {problem.label()}")
         failed += not result.ok
         print(result, flush=True)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main([int(a) for a in sys.argv[1:]]))

@@ -18,6 +18,8 @@ VARIANTS = (
     ("v4_cp_async, x via cp.async.ca", 4, {}),
     ("v5_epilogue", 5, {}),
     ("v6_wgmma, 3 stages", 6, {"stages": 3}),
+    ("v7_warp_specialized, 4 stages", 7, {"stages": 4}),
+    ("v8_tma_filters, 4 stages", 8, {"stages": 4}),
 )
 
 
