@@ -3,6 +3,8 @@
     python scripts/conv_counts.py                 # SASS counts x trips -> data/results/<gpu>/conv_counts.csv
     python scripts/conv_counts.py --ncu conv1 conv2   # every stage once under ncu (the model's three
                                                   # metrics) -> data/results/<gpu>/conv_ncu_<problem>.csv
+    python scripts/conv_counts.py --ncu conv1 --stages "HALO TILE"   # only these stages; their rows
+                                                  # replace theirs in the CSV, the others' are kept
     compute-sanitizer --tool memcheck --report-api-errors no python scripts/conv_counts.py --launch odd4
                                                   # odd sizes, every stage checked against the reference
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import shutil
 import subprocess
 import sys
@@ -27,9 +30,9 @@ from kernels.harness import perfmodel  # noqa: E402
 COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")
 
 
-def count_rows(problems: list[str]) -> list[dict]:
+def count_rows(problems: list[str], names: list[str] | None = None) -> list[dict]:
     rows = []
-    for stage in stages.GPU_STAGES:
+    for stage in names or stages.GPU_STAGES:
         tile = stages.tile_of(stage)
         sass, res = model.compiled(stage, tile)
         for name in problems:
@@ -40,11 +43,13 @@ def count_rows(problems: list[str]) -> list[dict]:
     return rows
 
 
-def launch_all(problem: str) -> None:
-    """Run every GPU stage once on ``problem`` (for ncu or compute-sanitizer); check the results
-    against the float64 reference where that takes seconds (conv1's would take minutes)."""
+def launch_all(problem: str, names: list[str] | None = None) -> None:
+    """Run every GPU stage (or those named) once on ``problem`` (for ncu or compute-sanitizer); check
+    the results against the float64 reference where that takes seconds (conv1's would take minutes)."""
     p = common.PROBLEMS[problem]
     for s in stages.all_gpu():
+        if names and s.name not in names:
+            continue
         if p.c % s.c_multiple or p.k % s.k_multiple:
             print(f"skip {s.name}: needs C % {s.c_multiple} == 0 and K % {s.k_multiple} == 0")
         elif p.flops < 2e10:
@@ -60,17 +65,35 @@ def ncu_path(problem: str) -> Path:
     return results.RESULTS / device.environment()["gpu_slug"] / f"conv_ncu_{problem}.csv"
 
 
-def run_ncu(problem: str) -> Path:
-    """Every stage once on ``problem`` under Nsight Compute with the model's metrics; the CSV's path."""
+def _ncu_rows(text: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of ncu's long CSV format, the lines before the header skipped."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if '"Metric Name"' in line)
+    table = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    return table[0], table[1:]
+
+
+def run_ncu(problem: str, names: list[str] | None = None) -> Path:
+    """Every stage (or those named) once on ``problem`` under Nsight Compute with the model's metrics;
+    the CSV's path. With ``names``, rows of other kernels already in the CSV are kept."""
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join(perfmodel.NCU_METRICS),
-           sys.executable, __file__, "--launch", problem]
+           sys.executable, __file__, "--launch", problem, *(["--stages", *names] if names else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0 or '"Metric Name"' not in out.stdout:
         raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")
     path = ncu_path(problem)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(out.stdout)
+    text = out.stdout
+    if names and path.exists():
+        header, new = _ncu_rows(out.stdout)
+        column = header.index("Kernel Name")
+        measured = {row[column] for row in new}
+        kept = [row for row in _ncu_rows(path.read_text())[1] if row[column] not in measured]
+        buffer = io.StringIO()
+        csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([header, *kept, *new])
+        text = buffer.getvalue()
+    path.write_text(text)
     return path
 
 
@@ -79,20 +102,21 @@ def main() -> None:
     ap.add_argument("--launch", choices=sorted(common.PROBLEMS), help="run every stage once on this problem")
     ap.add_argument("--ncu", nargs="+", choices=sorted(common.PROBLEMS), help="count every stage with ncu")
     ap.add_argument("--problems", nargs="+", default=["conv1", "conv2"])
+    ap.add_argument("--stages", nargs="+", choices=stages.GPU_STAGES, help="only these stages (default: all)")
     args = ap.parse_args()
     if device.MODE != device.GPU:
         sys.exit("this script needs a GPU (Numba's PTX and the CUDA C++ launches)")
     if args.launch:
-        launch_all(args.launch)
+        launch_all(args.launch, args.stages)
         return
     if args.ncu:
         for problem in args.ncu:
-            print(f"wrote {run_ncu(problem)}")
+            print(f"wrote {run_ncu(problem, args.stages)}")
         return
     env = device.environment()
     path = results.RESULTS / env["gpu_slug"] / "conv_counts.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = count_rows(args.problems)
+    rows = count_rows(args.problems, args.stages)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()

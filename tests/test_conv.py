@@ -90,6 +90,8 @@ def test_vector_stages_name_their_channel_constraint():
     x, f = common.to_layout(*common.random_inputs(common.Problem("k", 1, 8, 6, 5, 5), seed=0), "nhwc")
     with pytest.raises(ValueError, match="K must be a multiple of 4, got K = 6"):
         common.run(cuda_stages.S7, x, f)
+    with pytest.raises(ValueError, match="K must be a multiple of 4, got K = 6"):
+        common.run(cuda_stages.S10, x, f)
 
 
 @pytest.mark.skipif(device.MODE == device.GPU, reason="checks the simulator's refusal")
@@ -107,6 +109,10 @@ def test_cuda_cpp_stage_says_it_needs_a_gpu():
     ("VECTORIZE & UNROLL", dict(BY=8, BN=32, TM=6, BKC=16), "TM must be a multiple of 4"),
     ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=65), "SPLIT must be at most 64"),
     ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=0), "positive integers"),
+    ("HALO TILE", dict(TH=8, TW=12, BN=64, BKC=8), "TW must be a multiple of 8"),
+    ("HALO TILE", dict(TH=16, TW=16, BN=64, BKC=36), "shared memory"),
+    ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=6), "BKC must be a multiple of 4"),
+    ("HALO TILE", dict(TH=8, TW=16, BKC=8), "tile must set exactly"),
 ])
 def test_bad_tiles_are_rejected(name, tile, match):
     with pytest.raises(ValueError, match=match):
@@ -146,6 +152,27 @@ def test_split_k_counts_the_same_work_in_more_blocks():
     assert model.launch_shape("SPLIT-K", p, dict(BM=128, BN=64, BKC=8, SPLIT=3))[0] == 3 * 200
 
 
+def test_halo_tile_launch_and_shared_memory():
+    """HALO TILE tiles the image in 2-D; its dynamic shared memory enters the model's occupancy."""
+    tile = cuda_stages.DEFAULTS["HALO TILE"]
+    p = common.PROBLEMS["conv2"]   # 14 x 14 images: one 16 x 16 tile each, 8 blocks of 64 output channels
+    assert model.launch_shape("HALO TILE", p, tile) == (16 * 1 * 1 * 8, 256)
+    _, res = model.compiled("HALO TILE", tile)
+    assert res.smem_bytes == cuda_stages.dynamic_smem_bytes("HALO TILE", tile) > 48 * 1024
+    assert res.registers <= 255 and res.spill_stores == 0
+
+
+def test_l1_wavefronts_match_a_direct_count():
+    """The closed form (3H - 2)(3W - 2) for in-image taps, against counting them pixel by pixel."""
+    p = common.Problem("w", n=2, c=3, k=40, h=5, w=4)
+    taps = sum(1 for h in range(p.h) for w in range(p.w) for r in range(3) for s in range(3)
+               if 0 <= h + r - 1 < p.h and 0 <= w + s - 1 < p.w)
+    warps = 2   # 40 output channels: two warps per pixel
+    assert model.l1_wavefronts("NAIVE", p) == p.n * warps * p.c * taps * 33 + p.pixels * warps * 32
+    assert model.l1_wavefronts("COALESCING", p) == p.n * warps * p.c * taps * 2 + p.pixels * warps
+    assert model.l1_wavefronts("REGISTER TILING", p) is None
+
+
 def test_repeated_compiles_report_resources():
     """NVRTC 13 left the ptxas report out of a second identical compile; compile_info must not."""
     for _ in range(2):
@@ -161,7 +188,7 @@ def test_sass_counts_cover_every_flop(name, problem):
     c = model.sass_counts(name, p, tile)
     assert c is not None
     blocks, threads = model.launch_shape(name, p, tile)
-    bm = tile["BY"] * tile["TM"] if "BY" in tile else tile["BM"]
+    bm = tile["BY"] * tile["TM"] if "BY" in tile else tile["TH"] * tile["TW"] if "TH" in tile else tile["BM"]
     padded_macs = blocks // tile.get("SPLIT", 1) * bm * tile["BN"] * 9 * p.c   # slices share the work
     assert c.fp32 * 32 == padded_macs
     assert 0 < c.ldst < c.fp32 and c.other > 0
@@ -204,6 +231,21 @@ def test_gpu_split_k_slices_add_up(split):
     p = GPU_PROBLEMS[1]
     s = cuda_stages.stage("SPLIT-K", dict(BM=64, BN=32, BKC=8, SPLIT=split))
     check.assert_close(*_run(s, p, seed=None), atol=common.tolerance(p), rtol=1e-5)
+
+
+HALO_TILES = [dict(TH=8, TW=16, BN=64, BKC=16), dict(TH=8, TW=16, BN=64, BKC=8), dict(TH=16, TW=16, BN=64, BKC=8)]
+# (the default, TH=16 TW=16 BN=64 BKC=16, runs in test_gpu_stage_matches_reference)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tile", HALO_TILES, ids=lambda t: "x".join(str(v) for v in t.values()))
+@pytest.mark.parametrize("problem", GPU_PROBLEMS + [common.Problem("c68", n=2, c=68, k=72, h=9, w=33)],
+                         ids=lambda p: p.name)
+def test_gpu_halo_tile_variants(tile, problem):
+    """Every HALO TILE tile the notebook times: halo edges, partial channel chunks, partial K blocks."""
+    s = cuda_stages.stage("HALO TILE", tile)
+    check.assert_close(*_run(s, problem, seed=None), atol=common.tolerance(problem), rtol=1e-5)
 
 
 @pytest.mark.gpu

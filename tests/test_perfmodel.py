@@ -62,6 +62,38 @@ def test_predict_compute_and_memory_bound():
     assert p.bound == "memory" and p.ms == pytest.approx(10.0)
 
 
+def test_predict_l1_wavefront_bound():
+    # 1e9 FLOP at 1000 GFLOP/s is 1 ms of compute; 4e6 wavefronts at 1e9 per second are 4 ms in the L1
+    w = pm.weights(4.0, 1.0, 2.0)
+    p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, wavefronts=4e6, wavefront_rate=1e9)
+    assert p.bound == "L1" and p.ms == pytest.approx(4.0) and p.gflops == pytest.approx(250.0)
+    p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, wavefronts=4e5, wavefront_rate=1e9)
+    assert p.bound == "compute" and p.ms == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="wavefront_rate"):
+        pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, wavefronts=1.0)
+
+
+def test_predict_charges_padded_fp32_work():
+    # 1e9 FLOP; the launch issued 25% more FFMAs than useful (padding): the time grows by 1.25
+    w = pm.weights(4.0, 1.0, 2.0)
+    ffma = 1e9 / 64
+    exact = pm.predict(1e9, pm.Counts(ffma, 0, 0), w, peak_gflops=1000.0, fp32_flops=64)
+    padded = pm.predict(1e9, pm.Counts(1.25 * ffma, 0, 0), w, peak_gflops=1000.0, fp32_flops=64)
+    assert exact.gflops == pytest.approx(1000.0) and padded.gflops == pytest.approx(800.0)
+    assert pm.predict(1e9, pm.Counts(1.25 * ffma, 0, 0), w, peak_gflops=1000.0).gflops == pytest.approx(1000.0)
+
+
+def test_never_executed_padding_counts_as_issue_only():
+    text = """
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+        /*0010*/              @!PT LDS RZ, [RZ] ;
+        /*0020*/               @P0 LDS R3, [R2] ;
+        /*0030*/                   EXIT ;
+"""
+    assert pm.classify("LDS", "@!PT") == "other" and pm.classify("LDS", "@P0") == "ldst"
+    assert pm.static_counts(pm.parse_sass("//---- .text.k ----\n" + text)) == pm.Counts(fp32=0, ldst=2, other=2)
+
+
 SASS = """
 //--------------------- .text.k                  --------------------------
         /*0000*/                   MOV R1, c[0x0][0x28] ;

@@ -1,6 +1,7 @@
 """The CUDA C++ stages as Stage objects: compile-time tile sizes go in as -D options, and one launch
 convention serves every .cu file: kernel(x, f, y, n, h, w, c, k) on NHWC tensors. SPLIT-K's SPLIT
-is not a compile-time constant but the grid's z extent.
+is not a compile-time constant but the grid's z extent. HALO TILE's blocks tile the image in 2-D
+(TH x TW pixels of one image) instead of the flattened pixel index.
 
 Compiled (NVRTC) on any machine; launched through CuPy on a GPU only.
 """
@@ -11,19 +12,21 @@ from functools import lru_cache
 import numpy as np
 
 from ..harness import cuda_cpp
-from .common import Stage
+from .common import Problem, Stage
 
 FILES = {
     "VECTORIZE & UNROLL": ("conv/s5_vectorize_unroll.cu", "conv_vectorize_unroll"),
     "REGISTER TILING": ("conv/s6_register_tiling.cu", "conv_register_tiling"),
     "DOUBLE BUFFER": ("conv/s7_double_buffer.cu", "conv_double_buffer"),
     "SPLIT-K": ("conv/s8_split_k.cu", "conv_split_k"),
+    "HALO TILE": ("conv/s10_halo_tile.cu", "conv_halo_tile"),
 }
 DEFAULTS = {
     "VECTORIZE & UNROLL": dict(BY=8, BN=32, TM=8, BKC=16),
     "REGISTER TILING": dict(BM=128, BN=64, BKC=8),
     "DOUBLE BUFFER": dict(BM=128, BN=64, BKC=8),
     "SPLIT-K": dict(BM=128, BN=64, BKC=8, SPLIT=3),
+    "HALO TILE": dict(TH=16, TW=16, BN=64, BKC=16),
 }
 RUNTIME_KEYS = ("SPLIT",)   # tile keys that change the launch, not the compiled code
 
@@ -32,8 +35,25 @@ def options(tile: dict) -> tuple:
     return tuple(f"-D{key}={value}" for key, value in sorted(tile.items()) if key not in RUNTIME_KEYS)
 
 
-def geometry(name: str, tile: dict, pixels: int, k: int) -> tuple[tuple, tuple]:
-    """(grid, block) for ``pixels`` x ``k`` outputs: blocks tile pixels in x and output channels in y."""
+SMEM_PER_BLOCK = 227 * 1024   # the most shared memory one block may opt in to on sm_90 (sm_80: 163 KB)
+
+
+def dynamic_smem_bytes(name: str, tile: dict) -> int:
+    """Dynamic shared memory of one block (HALO TILE only): two buffers of the input halo, each row
+    padded by 4 floats, and of the 9-tap filter chunk -- the constants of s10_halo_tile.cu."""
+    if name != "HALO TILE":
+        return 0
+    a = (tile["TH"] + 2) * ((tile["TW"] + 2) * tile["BKC"] + 4)
+    return 2 * 4 * (a + 9 * tile["BKC"] * tile["BN"])
+
+
+def geometry(name: str, tile: dict, p: Problem) -> tuple[tuple, tuple]:
+    """(grid, block) for problem ``p``: blocks tile pixels in x and output channels in y."""
+    k = p.k
+    if name == "HALO TILE":
+        tiles = p.n * -(-p.h // tile["TH"]) * -(-p.w // tile["TW"])
+        return (tiles, -(-k // tile["BN"]), 1), (tile["BN"] // 8 * tile["TH"] * tile["TW"] // 8, 1, 1)
+    pixels = p.pixels
     if name == "VECTORIZE & UNROLL":
         bm, bn = tile["BY"] * tile["TM"], tile["BN"]
         block = (tile["BN"], tile["BY"], 1)
@@ -53,6 +73,12 @@ def check_tile(name: str, tile: dict) -> None:
         raise ValueError(f"{name}: tile sizes must be positive integers, got {tile}")
     if tile.get("SPLIT", 1) > 64:
         raise ValueError(f"{name}: SPLIT must be at most 64 (the grid's z extent), got {tile['SPLIT']}")
+    if name == "HALO TILE":
+        if tile["TW"] % 8:
+            raise ValueError(f"{name}: TW must be a multiple of 8 (a thread owns 8 columns), got {tile}")
+        if dynamic_smem_bytes(name, tile) > SMEM_PER_BLOCK:
+            raise ValueError(f"{name}: the tile needs {dynamic_smem_bytes(name, tile)} bytes of shared memory, "
+                             f"more than the {SMEM_PER_BLOCK} one block may use: {tile}")
     if tile["BKC"] % 4 or tile["BN"] % (4 if name == "VECTORIZE & UNROLL" else 16):
         raise ValueError(f"{name}: BKC must be a multiple of 4 and BN of "
                          f"{4 if name == 'VECTORIZE & UNROLL' else 16}, got {tile}")
@@ -60,6 +86,8 @@ def check_tile(name: str, tile: dict) -> None:
         threads = tile["BY"] * tile["BN"]
         if tile["TM"] % 4:
             raise ValueError(f"{name}: TM must be a multiple of 4, got {tile['TM']}")
+    elif name == "HALO TILE":
+        threads = tile["BN"] // 8 * tile["TH"] * tile["TW"] // 8
     else:
         if tile["BM"] % 16:
             raise ValueError(f"{name}: BM must be a multiple of 16, got {tile['BM']}")
@@ -69,9 +97,12 @@ def check_tile(name: str, tile: dict) -> None:
 
 
 @lru_cache(maxsize=None)
-def _kernel(name: str, opts: tuple):
+def _kernel(name: str, opts: tuple, smem: int = 0):
     path, kernel = FILES[name]
-    return cuda_cpp.load(path, kernel, options=opts)
+    k = cuda_cpp.load(path, kernel, options=opts)
+    if smem > 48 * 1024:   # beyond 48 KB a kernel must opt in to dynamic shared memory
+        k.max_dynamic_shared_size_bytes = smem
+    return k
 
 
 def compile_info(name: str, tile: dict | None = None, arch: str = "sm_90"):
@@ -85,12 +116,14 @@ def stage(name: str, tile: dict | None = None) -> Stage:
     tile = dict(tile or DEFAULTS[name])
     check_tile(name, tile)
     opts = options(tile)
+    smem = dynamic_smem_bytes(name, tile)
 
     def launch(x, f, y, p):
-        grid, block = geometry(name, tile, p.pixels, p.k)
+        grid, block = geometry(name, tile, p)
         if grid[2] > 1:
             y.fill(0)   # the slices add into y
-        _kernel(name, opts)(grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))))
+        _kernel(name, opts, smem)(grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))),
+                                  shared_mem=smem)
 
     return Stage(name, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options=tile)
 
@@ -99,3 +132,4 @@ S5 = stage("VECTORIZE & UNROLL")
 S6 = stage("REGISTER TILING")
 S7 = stage("DOUBLE BUFFER")
 S8 = stage("SPLIT-K")
+S10 = stage("HALO TILE")

@@ -7,6 +7,7 @@ the simulator). ``harness.sass`` turns a cubin into text (nvdisasm or cuobjdump)
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -71,7 +72,10 @@ def compiled(stage: str, tile: dict | None = None, arch: str = ARCH) -> tuple[st
         cubin, resources = c.cubin, c.resources
     if len(resources) != 1:
         raise RuntimeError(f"expected one kernel in the cubin of {stage}, found {len(resources)}")
-    return sass.disassemble_text(cubin), resources[0]
+    # ptxas reports static shared memory only; occupancy needs the dynamic part the launch adds too.
+    name = "SPLIT-K" if stage == "AUTOTUNE" else stage
+    dynamic = cuda_stages.dynamic_smem_bytes(name, tile or cuda_stages.DEFAULTS.get(name, {}))
+    return sass.disassemble_text(cubin), dataclasses.replace(resources[0], smem_bytes=resources[0].smem_bytes + dynamic)
 
 
 def launch_shape(stage: str, p: Problem, tile: dict | None = None) -> tuple[int, int]:
@@ -84,7 +88,7 @@ def launch_shape(stage: str, p: Problem, tile: dict | None = None) -> tuple[int,
         t = tile or {"by": 8, "bn": 32, "tm": 8, "bkc": 16}
         return math.ceil(p.pixels / (t["by"] * t["tm"])) * math.ceil(p.k / t["bn"]), t["by"] * t["bn"]
     name = "SPLIT-K" if stage == "AUTOTUNE" else stage
-    grid, block = cuda_stages.geometry(name, tile or cuda_stages.DEFAULTS[name], p.pixels, p.k)
+    grid, block = cuda_stages.geometry(name, tile or cuda_stages.DEFAULTS[name], p)
     return grid[0] * grid[1] * grid[2], block[0] * block[1]
 
 
@@ -96,6 +100,12 @@ def trips(stage: str, p: Problem, tile: dict | None, n_loops: int) -> list[float
         return [p.c]                              # the c loop; r and s are unrolled
     if stage == "BLOCK TILING" and n_loops == 2:
         return [p.c, 3]                           # c, then r; s and the TP pixels are unrolled
+    if stage == "HALO TILE":
+        bkc = (tile or cuda_stages.DEFAULTS[stage])["BKC"]
+        if n_loops == 2:
+            return [math.ceil(p.c / bkc), bkc // 4]   # channel chunks, groups of 4 channels; taps unrolled
+        if n_loops == 1:
+            return [math.ceil(p.c / bkc)]             # BKC = 4: the group loop has one trip and is gone
     if stage in cuda_stages.FILES or stage == "AUTOTUNE":
         name = "SPLIT-K" if stage == "AUTOTUNE" else stage
         tile = tile or cuda_stages.DEFAULTS[name]
@@ -116,6 +126,25 @@ def sass_counts(stage: str, p: Problem, tile: dict | None = None, sass: str | No
         return None
     blocks, threads = launch_shape(stage, p, tile)
     return perfmodel.sass_counts(instructions, t).scaled(blocks * math.ceil(threads / 32))
+
+
+def l1_wavefronts(stage: str, p: Problem) -> float | None:
+    """L1 wavefronts (distinct 128-byte lines per warp access, summed) of the stages that read global
+    memory directly, from their access pattern; None for the tiled stages, whose global traffic is
+    small beside their shared-memory loads (already in the ldst count).
+
+    NAIVE and COALESCING: a warp is 32 output channels of one pixel (K a multiple of 32, as in both
+    problems; otherwise warps straddle pixels and this is an estimate); every in-image tap and input
+    channel loads one input value (one address: one line) and 32 filter values, which NCHW's filter
+    layout puts 9C words apart (32 lines) and (3, 3, C, K) puts side by side (one line). A pixel has
+    (valid rows) x (valid columns) in-image taps, which sums to (3H - 2)(3W - 2) over an image. The
+    one store per warp touches 32 lines in NCHW (HW words apart), one in NHWC."""
+    if stage not in ("NAIVE", "COALESCING"):
+        return None
+    lines = 32 if stage == "NAIVE" else 1
+    warps_per_pixel = math.ceil(p.k / 32)
+    loads = p.n * warps_per_pixel * p.c * (3 * p.h - 2) * (3 * p.w - 2)
+    return loads * (1 + lines) + p.pixels * warps_per_pixel * lines
 
 
 def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,

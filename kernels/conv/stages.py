@@ -5,7 +5,7 @@ from . import cuda_stages, s0_seq, s1_naive, s2_coalescing, s3_block_tiling, s4_
 from .common import Stage
 
 GPU_STAGES = ("NAIVE", "COALESCING", "BLOCK TILING", "SHARED", "VECTORIZE & UNROLL", "REGISTER TILING",
-              "DOUBLE BUFFER", "SPLIT-K")
+              "DOUBLE BUFFER", "SPLIT-K", "HALO TILE")
 FILES = {"SEQ": "conv/s0_seq.py", "NAIVE": "conv/s1_naive.py", "COALESCING": "conv/s2_coalescing.py",
          "BLOCK TILING": "conv/s3_block_tiling.py", "SHARED": "conv/s4_shared.py",
          **{name: path for name, (path, _) in cuda_stages.FILES.items()}, "AUTOTUNE": "conv/s9_autotune.py"}
@@ -14,7 +14,7 @@ FILES = {"SEQ": "conv/s0_seq.py", "NAIVE": "conv/s1_naive.py", "COALESCING": "co
 def all_gpu() -> list[Stage]:
     """The GPU stages with their full-size tiles (Numba ones also run in the simulator)."""
     return [s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, s4_shared.STAGE,
-            cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8]
+            cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8, cuda_stages.S10]
 
 
 def simulator() -> list[Stage]:

@@ -118,17 +118,38 @@ class Prediction:
 
 
 def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occupancy: float = 1.0,
-            bytes_moved: float | None = None, bandwidth_gbps: float | None = None) -> Prediction:
-    """Predicted rate: peak x E x occupancy ratio, unless memory (bytes / bandwidth) is slower."""
+            bytes_moved: float | None = None, bandwidth_gbps: float | None = None,
+            wavefronts: float | None = None, wavefront_rate: float | None = None,
+            fp32_flops: float | None = None) -> Prediction:
+    """Predicted rate: peak x E x occupancy ratio, unless a memory side is slower -- DRAM (bytes /
+    bandwidth) or the L1 data pipe (``wavefronts`` / ``wavefront_rate``).
+
+    A warp's global access costs the L1 one wavefront per distinct 128-byte line it touches, so an
+    uncoalesced load (32 lines) occupies the pipe 32 times as long as the one issue slot the
+    instruction count charges. ``wavefront_rate`` is the measured rate of conflict-free LDS.32, one
+    wavefront each (per second, the whole GPU).
+
+    ``fp32_flops``: the FLOPs one counted FP32 instruction does (64 for a warp's FFMA), for counts of a
+    whole launch. Then FP32 instructions beyond flops / fp32_flops -- a tile's padding, computed and
+    thrown away -- cost issue slots without adding useful FLOPs; without it every one is useful."""
     if flops <= 0 or peak_gflops <= 0 or not 0 < occupancy <= 1:
         raise ValueError(f"need flops > 0, peak > 0 and 0 < occupancy <= 1; got {flops}, {peak_gflops}, {occupancy}")
     e = efficiency(counts, w)
-    compute_ms = flops / (peak_gflops * e * occupancy * 1e9) * 1e3
-    memory_ms = 0.0
+    useful = 1.0
+    if fp32_flops is not None:
+        if fp32_flops <= 0 or counts.fp32 <= 0:
+            raise ValueError(f"need fp32_flops > 0 and FP32 instructions counted; got {fp32_flops}, {counts.fp32}")
+        useful = flops / (counts.fp32 * fp32_flops)
+    bounds = {"compute": flops / (peak_gflops * e * useful * occupancy * 1e9) * 1e3}
     if bytes_moved is not None and bandwidth_gbps:
-        memory_ms = bytes_moved / (bandwidth_gbps * 1e9) * 1e3
-    ms = max(compute_ms, memory_ms)
-    return Prediction(flops / (ms * 1e-3) / 1e9, ms, e, occupancy, "memory" if memory_ms > compute_ms else "compute")
+        bounds["memory"] = bytes_moved / (bandwidth_gbps * 1e9) * 1e3
+    if wavefronts is not None:
+        if not wavefront_rate or wavefront_rate <= 0 or wavefronts < 0:
+            raise ValueError(f"need wavefronts >= 0 and a positive wavefront_rate; got {wavefronts}, {wavefront_rate}")
+        bounds["L1"] = wavefronts / wavefront_rate * 1e3
+    bound = max(bounds, key=bounds.get)
+    ms = bounds[bound]
+    return Prediction(flops / (ms * 1e-3) / 1e9, ms, e, occupancy, bound)
 
 
 # --- counts from Nsight Compute -------------------------------------------------------------
@@ -180,8 +201,13 @@ class Loop:
     depth: int   # 0 = outermost
 
 
-def classify(opcode: str) -> str:
-    """'fp32', 'ldst' or 'other' for a SASS opcode, with or without modifiers (FFMA, LDS.128, ...)."""
+def classify(opcode: str, predicate: str = "") -> str:
+    """'fp32', 'ldst' or 'other' for a SASS opcode, with or without modifiers (FFMA, LDS.128, ...).
+
+    An instruction guarded by ``@!PT`` (never true: ptxas pads cp.async sequences with ``@!PT LDS``)
+    takes an issue slot but never reaches its pipe: 'other', as ncu's predicated-on counts see it."""
+    if predicate == "@!PT":
+        return "other"
     base = opcode.split(".")[0]
     if base in FP32_OPS:
         return "fp32"
@@ -224,7 +250,7 @@ def static_counts(instructions: list[sass.Instruction], start: int | None = None
     n = {"fp32": 0, "ldst": 0, "other": 0}
     for ins in instructions:
         if (start is None or ins.address >= start) and (end is None or ins.address <= end):
-            n[classify(ins.opcode)] += 1
+            n[classify(ins.opcode, ins.predicate)] += 1
     return Counts(**n)
 
 
@@ -244,5 +270,5 @@ def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Cou
         for loop, trip in zip(loops, trips):
             if loop.start <= ins.address <= loop.end:
                 factor *= trip
-        n[classify(ins.opcode)] += factor
+        n[classify(ins.opcode, ins.predicate)] += factor
     return Counts(**n)
