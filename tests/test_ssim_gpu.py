@@ -1,5 +1,6 @@
 """SSIM on a real GPU: every version (Numba with its GPU tiles, and the CUDA C++ ones) against the float64
-reference at odd sizes up to 2x3x2161x3839, in inference and training mode."""
+reference at odd sizes up to 2x3x2161x3839 (and one width that is a multiple of 4, for the 16-byte copy
+path of V7 on), in inference and training mode."""
 import numpy as np
 import pytest
 
@@ -8,7 +9,7 @@ from kernels.ssim import backward, common
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")]
 
-SHAPES = [(1, 1, 11, 11), (1, 3, 37, 53), (2, 3, 2161, 3839)]
+SHAPES = [(1, 1, 11, 11), (1, 3, 37, 53), common.ALIGNED_SHAPE, (2, 3, 2161, 3839)]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_version_matches_reference(version, kind, shape, cases):
 
 
 @pytest.mark.parametrize("version", list(common.VERSIONS))
-@pytest.mark.parametrize("shape", [(1, 3, 37, 53), (2, 3, 2161, 3839)])
+@pytest.mark.parametrize("shape", [(1, 3, 37, 53), common.ALIGNED_SHAPE, (2, 3, 2161, 3839)])
 def test_version_training(version, shape, cases):
     a, b, ref = cases(shape, "random", training=True)
     got = run_poisoned(version, a, b, training=True)

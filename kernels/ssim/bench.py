@@ -4,6 +4,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
+
 from kernels.harness import cuda_cpp, device, results, roofline, sass, timing
 
 from . import common, cuda_versions
@@ -128,8 +130,45 @@ def local_memory_instructions(version: str) -> dict:
             "FFMA": c["FFMA"], "instructions": len(instructions)}
 
 
-def peers(shape) -> list[tuple[str, object]]:
-    """Optional library SSIMs on the same images (PyTorch-based), as (name, fn(a, b)); missing ones skipped."""
+def hot_loop(version: str) -> dict:
+    """SASS of the row loop an interior block runs in inference, for a CUDA C++ version from V6 on: its
+    instructions, input rows per trip, and per row the instructions and register moves (MOV, IMAD.MOV).
+
+    Compiled on the CPU (NVRTC, sm_90) from a copy of the source in which the interior test is true
+    and training false, so the compiler drops the other paths; the row loop is then the largest loop.
+    """
+    import re
+    import tempfile
+
+    path = cuda_cpp.source_path(cuda_versions.source(version))
+    text = path.read_text()
+    for pattern, replacement in ((r"const bool interior = [^;]*;", "const bool interior = true;"),
+                                 (r"training != 0", "false"), (r"if \(training\)", "if (false)"),
+                                 (r"if \(interior\) \{", "if (true) {")):
+        text = re.sub(pattern, replacement, text)
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / path.name
+        probe.write_text(text)
+        compiled = cuda_cpp.compile_cubin(probe, "sm_90", (f"-I{path.parent}",))
+        instructions = sass.disassemble(compiled, cuda_versions.kernel_name(version))
+    labels = {i.label: i.address for i in instructions if i.label}
+    start, end = max(((labels[m.group(0)], i.address) for i in instructions if i.base == "BRA"
+                      and (m := re.search(r"\.L_x_\d+", i.operands)) and labels.get(m.group(0), i.address) < i.address),
+                     key=lambda t: t[1] - t[0])
+    loop = [i for i in instructions if start <= i.address <= end]
+    unroll = re.search(r"constexpr int kUnroll = (\d+);", text)
+    rows = 10 if "kSlots" in text else int(unroll.group(1)) if unroll else 1
+    moves = sum(i.base == "MOV" or i.opcode.startswith("IMAD.MOV") for i in loop)
+    return {"version": version, "loop instructions": len(loop), "KB": 16 * len(loop) / 1024,
+            "rows per trip": rows, "per row": len(loop) / rows, "moves per row": moves / rows}
+
+
+def peers(shape=None) -> list[tuple[str, object]]:
+    """Optional library SSIMs on the same images (PyTorch-based), as (name, fn(a, b)); missing ones skipped.
+
+    pytorch-msssim returns the mean over each image's valid region (its convolutions do not pad);
+    kornia returns the 'same' map, padded by reflection where ours pads with zeros. ``shape`` is unused
+    (kept for notebook 02's calls)."""
     found = []
     try:
         import torch
@@ -143,7 +182,7 @@ def peers(shape) -> list[tuple[str, object]]:
         print("pytorch-msssim is not installed: skipped.")
     try:
         from kornia.metrics import ssim as kornia_ssim
-        found.append(("kornia", lambda a, b: kornia_ssim(a, b, 11, max_val=1.0)))
+        found.append(("kornia", lambda a, b: kornia_ssim(a, b, common.WINDOW, max_val=1.0)))
     except ImportError:
         print("kornia is not installed: skipped.")
     del torch
@@ -158,6 +197,46 @@ def time_peer(fn, shape, repeat: int = 20) -> float:
     with torch.no_grad():
         t = timing.benchmark(lambda: fn(a, b), repeat=repeat)
     return t.median_ms
+
+
+def peer_agreement(name: str, fn, shape, version: str) -> dict:
+    """A peer and ``version`` against the float64 reference on the same structured images, on what all
+    three define: the map over the valid region (kornia's border differs by design: reflect padding,
+    ours zero) and each image's mean over it (all pytorch-msssim returns: its convolutions do not pad)."""
+    import cupy
+    import torch
+    a, b = common.test_images(shape, kind="structured", seed=5)
+    ref = common.crop_valid(common.reference(a, b))
+    ours = cupy.asnumpy(common.run(version, cupy.asarray(a), cupy.asarray(b), valid=True)).astype(np.float64)
+    with torch.no_grad():
+        got = fn(torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")).double().cpu().numpy()
+
+    def image_means(m):
+        return m.reshape(m.shape[0], -1).mean(axis=1)
+    row = {"peer": name, "shape": "x".join(map(str, shape)),
+           f"{version} map err": float(np.abs(ours - ref).max()), "peer map err": None,
+           f"{version} mean err": float(np.abs(image_means(ours) - image_means(ref)).max())}
+    if got.ndim == 4:  # a 'same' map
+        got = common.crop_valid(got)
+        row["peer map err"] = float(np.abs(got - ref).max())
+        got = image_means(got)
+    row["peer mean err"] = float(np.abs(got - image_means(ref)).max())
+    return row
+
+
+# Peers are checked at a size whose float64 reference takes a second, and timed at the benchmark size.
+PEER_CHECK_SHAPE = (1, 3, 517, 389)
+
+
+def peer_rows(shape, version: str) -> tuple[list[dict], list[dict]]:
+    """On a GPU: every installed peer timed at ``shape`` (rows for results.record) and checked with
+    ``version`` against the float64 reference at PEER_CHECK_SHAPE (agreement rows)."""
+    timed_rows, agreement = [], []
+    for name, fn in peers(shape):
+        ms = time_peer(fn, shape)
+        timed_rows.append({"kernel": name, "problem": problem_name(shape), "metric": "ms", "value": ms, "unit": "ms"})
+        agreement.append({**peer_agreement(name, fn, PEER_CHECK_SHAPE, version), "ms": ms})
+    return timed_rows, agreement
 
 
 def main(versions=None) -> None:

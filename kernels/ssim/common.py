@@ -59,6 +59,9 @@ VERSIONS = {
     "V4": "v4.cu",
     "V5": "v5.cu",
     "V6": "v6.cu",
+    "V7": "v7.cu",
+    "V8": "v8.cu",
+    "V9": "v9.cu",
 }
 WORKLOG = ["Naive", "V1", "V2", "V3-0", "V3-1", "V3", "V4-1", "V4"]  # notebook 02; the rest: notebook 02b
 BEYOND = [v for v in VERSIONS if v not in WORKLOG]
@@ -70,6 +73,9 @@ BENCH_SHAPE = (1, 3, 2160, 3840)
 CHECK_SHAPES = {"ci": [(1, 1, 11, 11), (1, 1, 21, 30)],
                 "full": [(1, 1, 11, 11), (1, 3, 37, 53), (2, 3, 2161, 3839)]}
 MAP_ATOL, MEAN_ATOL = 1e-4, 1e-6
+# A width that is a multiple of 4 with odd height and channel count: V7 on copies 16-byte chunks and
+# stores 8-byte pairs only there, so its interior blocks are checked here (the odd sizes take the edge path).
+ALIGNED_SHAPE = (2, 3, 77, 392)
 
 
 def problem_sizes(profile: str) -> dict:

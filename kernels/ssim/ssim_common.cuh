@@ -37,4 +37,36 @@ __device__ __forceinline__ void store(size_t i, const float m[kMoments], float* 
     d_s12[i] = 2.f * c / ab;
   }
 }
+// V7 on: an asynchronous global -> shared copy of `bytes` (4 or 16) of which only the first `valid`
+// are read and the rest zero-filled (cp.async's src-size operand), so the padding needs no branch; with
+// valid == 0 nothing is read, but `src` must still be a mapped address: callers clamp it.
+template <int bytes>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, int valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid));
+}
+
+// V7 on: store() with one approximate reciprocal (MUFU.RCP, relative error about 1e-7) instead of IEEE
+// divisions, each of which costs a dozen instructions and a slow-path branch; 1/a = b/(ab) and
+// 1/b = a/(ab). ab >= C1 * C2, far from the denormals the .ftz form flushes. Returns the map value; the
+// caller writes it (adjacent pixels together), the derivative maps are written here.
+__device__ __forceinline__ float ssim_fast(size_t i, const float m[kMoments], float* d_mu1, float* d_s11,
+                                           float* d_s12, bool training) {
+  const float s11 = fmaf(-m[0], m[0], m[2]), s22 = fmaf(-m[1], m[1], m[3]), s12 = fmaf(-m[0], m[1], m[4]);
+  const float mu1 = m[0] + kShift, mu2 = m[1] + kShift;
+  const float a = fmaf(mu1, mu1, fmaf(mu2, mu2, 1e-4f)), b = s11 + s22 + 9e-4f;
+  const float c = fmaf(2.f * mu1, mu2, 1e-4f), d = fmaf(2.f, s12, 9e-4f);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a * b));
+  const float ssim = c * d * r;
+  if (training) {
+    d_mu1[i] = 2.f * mu2 * (d - c) * r - 2.f * mu1 * ssim * (b - a) * r;
+    d_s11[i] = -ssim * a * r;
+    d_s12[i] = 2.f * c * r;
+  }
+  return ssim;
+}
 }  // namespace ssim
