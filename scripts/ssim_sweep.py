@@ -1,9 +1,11 @@
 """Sweep a CUDA C++ SSIM version's strip height and register cap on the GPU, at the benchmark size:
 
-    python3 scripts/ssim_sweep.py V7 [--rows 72,108,216] [--regs 128,144,0] [--unroll 1,2,4]
+    python3 scripts/ssim_sweep.py V7 [--rows 72,108,216] [--regs 128,144,0] [--unroll 1,2,4] [--stages 4,8]
+                                     [--cols 2,3]
 
 Each variant is the version's .cu file with ``kRows``, ``__maxnreg__`` (0: no cap) and, where the file
-has one, ``kUnroll`` rewritten, compiled
+has them, ``kUnroll``, ``kStages`` (row buffers) and ``kColsPerThread`` (V10 only: the others assume 2)
+rewritten, compiled
 into a temporary folder, checked against the version as committed (max abs difference of the map) and
 timed like bench.measure. Prints one line per variant; records nothing.
 """
@@ -20,16 +22,20 @@ from kernels.harness import cuda_cpp, device, timing  # noqa: E402  (first: pick
 from kernels.ssim import bench, common, cuda_versions  # noqa: E402
 
 
-def variant(version: str, rows: int, regs: int, unroll: int, folder: Path):
-    """(kernel, ptxas resources) of ``version`` with kRows = rows, a register cap of regs (0: none) and
-    kUnroll = unroll (0: as committed)."""
+def variant(version: str, rows: int, regs: int, unroll: int, stages: int, cols: int, folder: Path):
+    """(kernel, ptxas resources) of ``version`` with kRows = rows, a register cap of regs (0: none),
+    kUnroll = unroll, kStages = stages and kColsPerThread = cols (0: as committed)."""
     src = cuda_versions.HEADER.parent / common.VERSIONS[version]
     text = re.sub(r"constexpr int kRows = \d+;", f"constexpr int kRows = {rows};", src.read_text())
     cap = f"__maxnreg__({regs})" if regs else "__launch_bounds__(kThreads)"
     text = re.sub(r"__maxnreg__\(\d+\)|__launch_bounds__\([^)]*\)", cap, text, count=1)
     if unroll:
         text = re.sub(r"constexpr int kUnroll = \d+;", f"constexpr int kUnroll = {unroll};", text)
-    path = folder / f"{src.stem}_r{rows}_g{regs}_u{unroll}.cu"
+    if stages:
+        text = re.sub(r"constexpr int kStages = \d+;", f"constexpr int kStages = {stages};", text)
+    if cols:
+        text = re.sub(r"constexpr int kColsPerThread = \d+;", f"constexpr int kColsPerThread = {cols};", text)
+    path = folder / f"{src.stem}_r{rows}_g{regs}_u{unroll}_s{stages}_c{cols}.cu"
     path.write_text(text)
     res = cuda_cpp.compile_cubin(path, "sm_90", (f"-I{src.parent}",)).resources[0]
     kernel = cuda_cpp.load(path, cuda_versions.kernel_name(version), (f"-I{src.parent}",))
@@ -42,6 +48,8 @@ def main() -> int:
     p.add_argument("--rows", default="72,108,216")
     p.add_argument("--regs", default="128,144,0")
     p.add_argument("--unroll", default="0")
+    p.add_argument("--stages", default="0")
+    p.add_argument("--cols", default="0")
     args = p.parse_args()
     if not device.on_gpu():
         print("needs a CUDA GPU")
@@ -52,13 +60,15 @@ def main() -> int:
     n, c, h, w = shape
     sets = bench.inputs(shape)
     ref = common.run(args.version, *sets[0])
-    cols = cuda_versions.geometry(args.version)["cols"]
     out = cupy.empty(shape, dtype=cupy.float32)
     with tempfile.TemporaryDirectory() as tmp:
         for rows in map(int, args.rows.split(",")):
-            variants = [(g, u) for g in map(int, args.regs.split(",")) for u in map(int, args.unroll.split(","))]
-            for regs, unroll in variants:
-                kernel, res = variant(args.version, rows, regs, unroll, Path(tmp))
+            variants = [(g, u, s, k) for g in map(int, args.regs.split(",")) for u in map(int, args.unroll.split(","))
+                        for s in map(int, args.stages.split(",")) for k in map(int, args.cols.split(","))]
+            for regs, unroll, stages, per_thread in variants:
+                kernel, res = variant(args.version, rows, regs, unroll, stages, per_thread, Path(tmp))
+                geometry = cuda_versions.geometry(args.version)
+                cols = geometry["threads"] * per_thread if per_thread else geometry["cols"]
                 grid = ((w + cols - 1) // cols, (h + rows - 1) // rows, n * c)
 
                 def launch(a, b, training=0):
@@ -67,7 +77,8 @@ def main() -> int:
                 diff = float(cupy.abs(out - ref).max())
                 t = timing.benchmark(launch, args=sets, repeat=50)
                 blocks = grid[0] * grid[1] * grid[2]
-                print(f"{args.version} kRows={rows} cap={regs or 'none'} unroll={unroll or 'as committed'}: "
+                print(f"{args.version} kRows={rows} cap={regs or 'none'} unroll={unroll or 'as committed'} "
+                      f"stages={stages or 'as committed'} cols/thread={per_thread or 'as committed'}: "
                       f"{t.median_ms:.4f} ms, "
                       f"{res.registers} registers, spills {res.spill_stores} B, {blocks} blocks, "
                       f"max |diff| vs committed {diff:.2e}", flush=True)

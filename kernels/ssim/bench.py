@@ -132,7 +132,8 @@ def local_memory_instructions(version: str) -> dict:
 
 def hot_loop(version: str) -> dict:
     """SASS of the row loop an interior block runs in inference, for a CUDA C++ version from V6 on: its
-    instructions, input rows per trip, and per row the instructions and register moves (MOV, IMAD.MOV).
+    instructions, input rows per trip, per row the instructions and register moves (MOV, IMAD.MOV), and
+    per row and output column (V10 computes three columns per thread, the others two).
 
     Compiled on the CPU (NVRTC, sm_90) from a copy of the source in which the interior test is true
     and training false, so the compiler drops the other paths; the row loop is then the largest loop.
@@ -159,8 +160,10 @@ def hot_loop(version: str) -> dict:
     unroll = re.search(r"constexpr int kUnroll = (\d+);", text)
     rows = 10 if "kSlots" in text else int(unroll.group(1)) if unroll else 1
     moves = sum(i.base == "MOV" or i.opcode.startswith("IMAD.MOV") for i in loop)
+    cols = int(re.search(r"constexpr int kColsPerThread = (\d+);", text).group(1))
     return {"version": version, "loop instructions": len(loop), "KB": 16 * len(loop) / 1024,
-            "rows per trip": rows, "per row": len(loop) / rows, "moves per row": moves / rows}
+            "rows per trip": rows, "per row": len(loop) / rows, "moves per row": moves / rows,
+            "per row and column": len(loop) / rows / cols}
 
 
 def peers(shape=None) -> list[tuple[str, object]]:

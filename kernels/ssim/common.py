@@ -62,6 +62,7 @@ VERSIONS = {
     "V7": "v7.cu",
     "V8": "v8.cu",
     "V9": "v9.cu",
+    "V10": "v10.cu",
 }
 WORKLOG = ["Naive", "V1", "V2", "V3-0", "V3-1", "V3", "V4-1", "V4"]  # notebook 02; the rest: notebook 02b
 BEYOND = [v for v in VERSIONS if v not in WORKLOG]
