@@ -41,6 +41,23 @@ def test_a_compile_error_is_reported_with_the_log(tmp_path):
         cuda_cpp.compile_cubin(bad, "sm_90")
 
 
+def test_a_cached_compile_without_its_ptxas_report_is_redone(tmp_path, monkeypatch):
+    """NVRTC 13 can answer from its cache with an empty log; a fresh compile brings the report back."""
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* x) { x[0] = 1.f; }\n')
+    real, calls = cuda_cpp._nvrtc, []
+
+    def cached_once(path, source, opts):
+        calls.append(opts)
+        log, cubin = real(path, source, opts)
+        return ("" if len(calls) == 1 else log), cubin
+
+    monkeypatch.setattr(cuda_cpp, "_nvrtc", cached_once)
+    compiled = cuda_cpp.compile_cubin(src, "sm_80", options=("-DNONCE_OF_THIS_TEST",))
+    assert len(calls) == 2 and any(o.startswith("-DLABBOOK_FRESH_COMPILE=") for o in calls[1])
+    assert [r.kernel for r in compiled.resources] == ["k"]
+
+
 def test_bad_arch_and_missing_file():
     with pytest.raises(ValueError, match="sm_90"):
         cuda_cpp.compile_cubin(SOURCES[0], "hopper")

@@ -244,3 +244,15 @@ def test_grading_command(tmp_path, capsys):
     assert text.rstrip().endswith("1 passed, 2 failed")
     assert exercise.main(["list"]) == 0
     assert "machine-ex-saxpy" in capsys.readouterr().out
+
+
+def test_an_overrun_that_writes_nan_is_caught(rng):
+    """On a GPU an unguarded thread past the end reads the inputs' NaN guards and writes NaN past the
+    end of `out`; the output's guard holds a finite sentinel, so that NaN still shows."""
+    def launch(out, x):
+        out[...] = x
+        out.base[out.size + 3] = np.nan  # what such a thread does (the simulator would stop it first)
+
+    report = exercise.check_kernel(launch, lambda x: x, lambda r, size: (r.random(size, dtype=np.float32),),
+                                   sizes=(37,), atol=0, rng=rng)
+    assert not report.ok and "outside an array" in str(report), str(report)

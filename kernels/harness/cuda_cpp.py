@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -101,14 +102,24 @@ def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) ->
 
 @lru_cache(maxsize=None)
 def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
-    from cuda.bindings import nvrtc
     src = Path(path)
-    err, prog = nvrtc.nvrtcCreateProgram(source, src.name.encode(), 0, [], [])
-    _nvrtc_ok(err, "create")
     opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *options, f"-I{src.parent}",
             *(f"-I{d}" for d in include_dirs())]
-    # NVRTC 13 answers a compile it has seen before -- in this process or, through the CUDA
-    # cache on disk, in an earlier one -- with the cubin but an empty log: keep the cache out.
+    log, cubin = _nvrtc(src, source, opts)
+    if b"__global__" in source and not _ENTRY.search(log):
+        # NVRTC 13 answers a compile it has seen before -- in this process or, through the CUDA cache
+        # on disk, in an earlier one -- with the cubin but no ptxas report, and CUDA_CACHE_DISABLE does
+        # not always keep the cache out (seen on the H200). A define that only changes the cache key
+        # forces a real compile, whose report the resources tables need.
+        log, cubin = _nvrtc(src, source, opts + [f"-DLABBOOK_FRESH_COMPILE={time.time_ns()}"])
+    return Compiled(str(src), arch, cubin, log)
+
+
+def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
+    """(ptxas log, cubin) of one NVRTC compile; a RuntimeError with the log if it fails."""
+    from cuda.bindings import nvrtc
+    err, prog = nvrtc.nvrtcCreateProgram(source, src.name.encode(), 0, [], [])
+    _nvrtc_ok(err, "create")
     saved = os.environ.get("CUDA_CACHE_DISABLE")
     os.environ["CUDA_CACHE_DISABLE"] = "1"
     try:
@@ -123,12 +134,13 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
     nvrtc.nvrtcGetProgramLog(prog, log)
     log = log.decode(errors="replace").rstrip("\x00 ")
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"NVRTC failed to compile {src.name} for {arch}:\n{log}")
+        nvrtc.nvrtcDestroyProgram(prog)
+        raise RuntimeError(f"NVRTC failed to compile {src.name} for {opts[0][6:]}:\n{log}")
     _, size = nvrtc.nvrtcGetCUBINSize(prog)
     cubin = b" " * size
     nvrtc.nvrtcGetCUBIN(prog, cubin)
     nvrtc.nvrtcDestroyProgram(prog)
-    return Compiled(str(src), arch, cubin, log)
+    return log, cubin
 
 
 def _nvrtc_ok(err, what):

@@ -150,14 +150,16 @@ def _sentinel_value(dtype: np.dtype):
     return np.finfo(dtype).min if dtype.kind in "fc" else np.iinfo(dtype).min
 
 
-def _guarded(data: np.ndarray | None, shape, dtype, fill):
+def _guarded(data: np.ndarray | None, shape, dtype, fill, guard=None):
     """A device array of ``shape`` that is the head of a buffer with GUARD poisoned elements after it.
 
     Returns (view, buffer). ``data`` (host) fills the view; without it the view holds ``fill`` too.
+    The guard holds ``guard`` (default: ``fill``).
     """
     xp = device.xp()
     n = int(np.prod(shape))
-    host = np.full(n + GUARD, fill, dtype=dtype)
+    host = np.full(n + GUARD, fill if guard is None else guard, dtype=dtype)
+    host[:n] = fill
     if data is not None:
         host[:n] = np.ascontiguousarray(data, dtype=dtype).ravel()
     buf = xp.asarray(host)
@@ -180,7 +182,9 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill):
             in_bufs.append((x, buf))
         else:
             args.append(x)
-    out, out_buf = _guarded(None, want_shape, out_dtype, fill)
+    # The output's guard holds the finite sentinel, not NaN: an overrun that reads the inputs' NaN
+    # guards writes NaN, which a NaN guard would hide (it did, on the GPU).
+    out, out_buf = _guarded(None, want_shape, out_dtype, fill, guard=_sentinel_value(out_dtype))
     try:
         returned = launch(out, *args)
         _synchronize()
@@ -197,8 +201,8 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
     problems = []
     n = want.size
     tail = to_host(out_buf)[n:]
-    if not _all_equal(tail, _poison_value(out_dtype)):
-        k = int(np.count_nonzero(~_equal(tail, _poison_value(out_dtype))))
+    if not _all_equal(tail, _sentinel_value(out_dtype)):
+        k = int(np.count_nonzero(~_equal(tail, _sentinel_value(out_dtype))))
         problems.append(f"the kernel wrote {k} elements outside an array, past the end of `out` (which has "
                         f"{n}): a missing or wrong bounds check (`if i < out.size:`); on a GPU such writes "
                         "land in whatever memory follows")
