@@ -5,10 +5,12 @@ ptxas allocated (registers, spills, stack, shared memory); only running it needs
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -107,11 +109,23 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
             *(f"-I{d}" for d in include_dirs())]
     log, cubin = _nvrtc(src, source, opts)
     if b"__global__" in source and not _ENTRY.search(log):
-        # NVRTC 13 answers a compile it has seen before -- in this process or, through the CUDA cache
-        # on disk, in an earlier one -- with the cubin but no ptxas report, and CUDA_CACHE_DISABLE does
-        # not always keep the cache out (seen on the H200). A define that only changes the cache key
-        # forces a real compile, whose report the resources tables need.
-        log, cubin = _nvrtc(src, source, opts + [f"-DLABBOOK_FRESH_COMPILE={time.time_ns()}"])
+        # NVRTC 13 sometimes answers with the cubin but no ptxas report: a compile it has seen before
+        # (in this process or, through the CUDA cache on disk, in an earlier one), and on the H200 even
+        # with CUDA_CACHE_DISABLE set here or a define that changes the source's hash. A new process
+        # with the cache off from its start compiles for real; the resources tables need its report.
+        log = _log_from_fresh_process(src, opts)
+    return Compiled(str(src), arch, cubin, log)
+
+
+def _log_from_fresh_process(src: Path, opts: list) -> str:
+    code = ("import json, sys; from pathlib import Path; from kernels.harness import cuda_cpp; "
+            "path, opts = json.loads(sys.argv[1]); "
+            "print(json.dumps(cuda_cpp._nvrtc(Path(path), Path(path).read_bytes(), opts)[0]))")
+    env = {**os.environ, "CUDA_CACHE_DISABLE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(KERNELS.parent), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code, json.dumps([str(src), opts])], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
     return Compiled(str(src), arch, cubin, log)
 
 
