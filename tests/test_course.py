@@ -161,3 +161,9 @@ def test_auto_checked_exercises_are_the_registered_ones():
     unmarked = {ex.label for ex in exercise.all_exercises()} - claimed
     assert not unmarked, f"registered but not marked (auto-checked) in the syllabus: {sorted(unmarked)}"
 
+
+
+def test_the_syllabus_places_every_exercise():
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    missing = notebook_labels() - set(re.findall(r"\{ref\}`([\w-]+)`", text))
+    assert not missing, f"exercises no lab session of the syllabus names: {sorted(missing)}"
