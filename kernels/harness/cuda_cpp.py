@@ -126,7 +126,6 @@ def _log_from_fresh_process(src: Path, opts: list) -> str:
     done = subprocess.run([sys.executable, "-c", code, json.dumps([str(src), opts])], env=env,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
-    return Compiled(str(src), arch, cubin, log)
 
 
 def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
@@ -149,7 +148,7 @@ def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
     log = log.decode(errors="replace").rstrip("\x00 ")
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         nvrtc.nvrtcDestroyProgram(prog)
-        raise RuntimeError(f"NVRTC failed to compile {src.name} for {opts[0][6:]}:\n{log}")
+        raise RuntimeError(f"NVRTC failed to compile {src.name} for {opts[0].removeprefix('-arch=')}:\n{log}")
     _, size = nvrtc.nvrtcGetCUBINSize(prog)
     cubin = b" " * size
     nvrtc.nvrtcGetCUBIN(prog, cubin)
