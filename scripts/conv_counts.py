@@ -65,14 +65,6 @@ def ncu_path(problem: str) -> Path:
     return results.RESULTS / device.environment()["gpu_slug"] / f"conv_ncu_{problem}.csv"
 
 
-def _ncu_rows(text: str) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of ncu's long CSV format, the lines before the header skipped."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if '"Metric Name"' in line)
-    table = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    return table[0], table[1:]
-
-
 def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     """Every stage (or those named) once on ``problem`` under Nsight Compute with the model's metrics;
     the CSV's path. With ``names``, rows of other kernels already in the CSV are kept."""
@@ -86,10 +78,10 @@ def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = out.stdout
     if names and path.exists():
-        header, new = _ncu_rows(out.stdout)
+        header, new = perfmodel.ncu_csv_table(out.stdout)
         column = header.index("Kernel Name")
         measured = {row[column] for row in new}
-        kept = [row for row in _ncu_rows(path.read_text())[1] if row[column] not in measured]
+        kept = [row for row in perfmodel.ncu_csv_table(path.read_text())[1] if row[column] not in measured]
         buffer = io.StringIO()
         csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([header, *kept, *new])
         text = buffer.getvalue()

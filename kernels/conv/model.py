@@ -62,6 +62,11 @@ def numba_cubin(stage: str, arch: str = ARCH) -> tuple[bytes, str]:
         return Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
 
 
+def cuda_stage(stage: str) -> str:
+    """The CUDA C++ stage whose kernel ``stage`` launches: AUTOTUNE runs SPLIT-K with the tile it chose."""
+    return "SPLIT-K" if stage == "AUTOTUNE" else stage
+
+
 def compiled(stage: str, tile: dict | None = None, arch: str = ARCH) -> tuple[str, cuda_cpp.Resources]:
     """(SASS text, registers/shared memory) of one stage."""
     if stage in NUMBA_KERNELS:
@@ -73,7 +78,7 @@ def compiled(stage: str, tile: dict | None = None, arch: str = ARCH) -> tuple[st
     if len(resources) != 1:
         raise RuntimeError(f"expected one kernel in the cubin of {stage}, found {len(resources)}")
     # ptxas reports static shared memory only; occupancy needs the dynamic part the launch adds too.
-    name = "SPLIT-K" if stage == "AUTOTUNE" else stage
+    name = cuda_stage(stage)
     dynamic = cuda_stages.dynamic_smem_bytes(name, tile or cuda_stages.DEFAULTS.get(name, {}))
     return sass.disassemble_text(cubin), dataclasses.replace(resources[0], smem_bytes=resources[0].smem_bytes + dynamic)
 
@@ -87,7 +92,7 @@ def launch_shape(stage: str, p: Problem, tile: dict | None = None) -> tuple[int,
     if stage == "SHARED":
         t = tile or {"by": 8, "bn": 32, "tm": 8, "bkc": 16}
         return math.ceil(p.pixels / (t["by"] * t["tm"])) * math.ceil(p.k / t["bn"]), t["by"] * t["bn"]
-    name = "SPLIT-K" if stage == "AUTOTUNE" else stage
+    name = cuda_stage(stage)
     grid, block = cuda_stages.geometry(name, tile or cuda_stages.DEFAULTS[name], p)
     return grid[0] * grid[1] * grid[2], block[0] * block[1]
 
@@ -107,7 +112,7 @@ def trips(stage: str, p: Problem, tile: dict | None, n_loops: int) -> list[float
         if n_loops == 1:
             return [math.ceil(p.c / bkc)]             # BKC = 4: the group loop has one trip and is gone
     if stage in cuda_stages.FILES or stage == "AUTOTUNE":
-        name = "SPLIT-K" if stage == "AUTOTUNE" else stage
+        name = cuda_stage(stage)
         tile = tile or cuda_stages.DEFAULTS[name]
         chunks = math.ceil(p.c / tile["BKC"])
         if n_loops == 2:
@@ -119,7 +124,7 @@ def trips(stage: str, p: Problem, tile: dict | None, n_loops: int) -> list[float
 
 def sass_counts(stage: str, p: Problem, tile: dict | None = None, sass: str | None = None) -> perfmodel.Counts | None:
     """Warp instructions the whole launch executes, from the SASS; None if the loops are not understood."""
-    sass = sass if sass is not None else compiled("SPLIT-K" if stage == "AUTOTUNE" else stage, tile)[0]
+    sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
     instructions = perfmodel.parse_sass(sass)
     t = trips(stage, p, tile, len(perfmodel.find_loops(instructions)))
     if t is None:

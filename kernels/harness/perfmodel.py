@@ -162,18 +162,23 @@ def counts_from_ncu(inst_executed: float, fp32_thread: float, memory_thread: flo
     return Counts(fp32, ldst, max(0.0, inst_executed - fp32 - ldst))
 
 
-def read_ncu_csv(text: str) -> dict[str, Counts]:
-    """Counts per kernel name from ``ncu --csv --metrics <NCU_METRICS>`` output (summed over launches).
-
-    Accepts the long format (one row per kernel and metric: "Kernel Name", "Metric Name",
-    "Metric Value"); lines before the header (ncu's ==PROF== messages, program output) are skipped.
-    """
+def ncu_csv_table(text: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of ``ncu --csv`` output in the long format (one row per kernel and metric:
+    "Kernel Name", "Metric Name", "Metric Value", ...); lines before the header (ncu's ==PROF==
+    messages, program output) are skipped."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
     if start is None:
         raise ValueError("no ncu CSV header (a line with \"Metric Name\") found")
+    table = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    return table[0], table[1:]
+
+
+def read_ncu_csv(text: str) -> dict[str, Counts]:
+    """Counts per kernel name from ``ncu --csv --metrics <NCU_METRICS>`` output (summed over launches)."""
+    header, rows = ncu_csv_table(text)
     totals: dict[str, dict[str, float]] = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+    for row in (dict(zip(header, values)) for values in rows):
         metric = row.get("Metric Name")
         if metric not in NCU_METRICS:
             continue
