@@ -260,6 +260,18 @@ def test_wgmma_steps_build_empty_for_other_targets(arch, step):
     assert res.kernel == ig.STEPS[step][1] and res.registers < 16      # the stub: the launcher never runs it
 
 
+def test_every_device_helper_is_defined_once():
+    """The PTX wrappers live in igemm_common.cuh and hopper.cuh; a step keeps only those it alone uses,
+    so a diff of two steps shows what the newer one changes, not a second copy of a helper."""
+    import re
+    from collections import Counter
+    folder = cuda_cpp.source_path("igemm/hopper.cuh").parent
+    helper = re.compile(r"^__device__ __forceinline__ [\w ]+?\b(\w+)\(", re.M)
+    defined = Counter(name for path in sorted(folder.glob("*.cu*")) for name in helper.findall(path.read_text()))
+    assert defined["smem_addr"] == defined["wgmma_64x256x16"] == 1      # the pattern finds the helpers
+    assert [name for name, n in defined.items() if n > 1] == []
+
+
 # ---- GPU: every step against the reference -------------------------------------------------------
 
 GPU_PROBLEMS = list(ig.ODD_PROBLEMS) + [ig.CI_PROBLEM, ig.PROBLEM]

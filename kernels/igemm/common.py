@@ -252,8 +252,9 @@ def smem_bytes(step: int, stages: int) -> int:
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Step 6's shared layout (as in v6_wgmma.cu): byte offset of 16-byte chunk ``chunk`` (0-7) of row
-    ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's 128-byte swizzle)."""
+    """Steps 6-8's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
+    128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
 
 

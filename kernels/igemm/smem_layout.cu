@@ -3,11 +3,9 @@
 //   address(row, chunk) = chunk * chunk_stride + row * row_stride   (bytes; a chunk is 8 halves)
 // Row-major 64-byte rows: (64, 16). Four 128x8 blocks: (16, 2048). The source's layout, with a
 // 32-byte gap between the blocks: (16, 2080).
-constexpr int TILE_SMEM = 4 * 2080;   // large enough for all three layouts
+#include "igemm_common.cuh"
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+constexpr int TILE_SMEM = 4 * 2080;   // large enough for all three layouts
 
 // The copy-in: thread t writes 16 bytes to (row t / 4, chunk t % 4), as the GEMM kernels do.
 extern "C" __global__ void tile_store(unsigned* out, int iters, int row_stride, int chunk_stride) {

@@ -7,28 +7,11 @@
 // use ldmatrix and mma.sync.m16n8k16 directly -- which also gives a known accumulator layout, so the
 // epilogue stores straight from registers.
 #include <cuda_fp16.h>
+#include "igemm_common.cuh"
 
 constexpr int BM = 128, BN = 128, BK = 32, THREADS = 128;
 constexpr int CHUNK_STRIDE = 128 * 16 + 32;     // one block of 128 rows x 8 halves, plus the gap
 constexpr int TILE_BYTES = 4 * CHUNK_STRIDE;    // 8320 B; A and B tiles: the source's 16.25 KB
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// Four 8x8 fp16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-// D (16x8, fp32) += A (16x16, fp16, row-major) * B (16x8, fp16, column-major).
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 igemm_v3_ldmatrix(const half* __restrict__ x, const half* __restrict__ w, half* __restrict__ y,

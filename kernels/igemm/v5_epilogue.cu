@@ -5,6 +5,7 @@
 // output through shared memory (rows padded by 16 bytes against bank conflicts) and writes whole
 // 16-byte runs of 8 channels: coalesced 128-bit stores, and bias and ReLU cost no extra pass.
 #include <cuda_fp16.h>
+#include "igemm_common.cuh"
 
 constexpr int BM = 128, BN = 128, BK = 32, THREADS = 128;
 constexpr int CHUNK_STRIDE = 128 * 16 + 32;     // one block of 128 rows x 8 halves, plus the gap
@@ -14,44 +15,6 @@ constexpr int STAGE_BYTES = 2 * TILE_BYTES;
 #define STAGES 3                                // 3 x 16640 B: dynamic shared memory past 48 KB
 #endif
 constexpr int OUT_LD = BN + 8;                  // halves per row of the re-tiled output (272 B)
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared without registers; valid == false writes 16 zero bytes and reads nothing.
-// .cg caches in L2 only (the filters: each block reads its rows once); .ca also in L1 (the input).
-__device__ __forceinline__ void cp_async_16_cg(unsigned dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_16_ca(unsigned dst, const void* src, bool valid) {
-#ifdef X_BYPASS_L1
-    cp_async_16_cg(dst, src, valid);
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Wait until at most `pending` of this thread's committed groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(pending)); }
-
-// Four 8x8 fp16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-// D (16x8, fp32) += A (16x16, fp16, row-major) * B (16x8, fp16, column-major).
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 igemm_v5_epilogue(const half* __restrict__ x, const half* __restrict__ w, half* __restrict__ y,

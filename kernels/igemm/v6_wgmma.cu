@@ -7,6 +7,7 @@
 // (conflict-free for the copy-in and for the tensor cores), K steps of 64, 8 warps per block.
 // Needs sm_90a: built for any other target the kernel is empty, and the launcher refuses to run it.
 #include <cuda_fp16.h>
+#include "hopper.cuh"
 
 constexpr int BM = 128, BN = 128, BK = 64, THREADS = 256;
 constexpr int TILE_BYTES = BM * BK * 2;         // 16 KB: 128 rows of 128 B, A and B alike
@@ -17,51 +18,6 @@ constexpr int STAGE_BYTES = 2 * TILE_BYTES;
 constexpr int OUT_LD = BN + 8;                  // halves per row of the re-tiled output (272 B)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared without registers; valid == false writes 16 zero bytes and reads nothing.
-// .cg caches in L2 only (the filters: each block reads its rows once); .ca also in L1 (the input).
-__device__ __forceinline__ void cp_async_16_cg(unsigned dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_16_ca(unsigned dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Wait until at most `pending` of this thread's committed groups are still in flight.
-template <int pending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(pending) : "memory"); }
-
-// Byte offset of 16-byte chunk `chunk` (0-7) of row `row` in a tile of 128-byte rows, 128-byte swizzle:
-// the chunk index is XORed with row % 8, so 8 rows' chunk j land in 8 different 16-byte bank groups.
-__device__ __forceinline__ unsigned swizzle128(int row, int chunk) {
-    return row * 128 + ((chunk ^ (row & 7)) << 4);
-}
-
-// wgmma's shared-memory matrix descriptor for a K-major tile with the 128-byte swizzle: start address,
-// leading offset (unused with this swizzle: 1), stride between 8-row groups (1024 B), swizzle mode 1.
-__device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
-    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32)
-         | (1ull << 62);
-}
-
-// Registers written by wgmma change after the instruction issues: keep the compiler from moving their
-// reads or writes across the fences and waits.
-__device__ __forceinline__ void fence_accumulators(float (&d)[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int pending>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory"); }
-
 // D (64x128, fp32, this warpgroup) += A (64x16, fp16, K-major in shared) * B (16x128, fp16, K-major in shared).
 __device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -143,7 +99,7 @@ igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __r
     for (int kt = 0; kt < k_steps; ++kt) {
         cp_async_wait<STAGES - 3>();         // tile kt has landed (for this thread) ...
         // ... and is visible to the tensor cores, which read shared memory through the async proxy;
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        fence_proxy_async();
         __syncthreads();                     // ... for every thread; every wgmma on tile kt - 2 is done
         const unsigned stage = base + (kt % STAGES) * STAGE_BYTES;
         fence_accumulators(acc);
