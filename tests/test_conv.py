@@ -194,6 +194,23 @@ def test_sass_counts_cover_every_flop(name, problem):
     assert 0 < c.ldst < c.fp32 and c.other > 0
 
 
+def test_latency_term_sees_the_double_buffer():
+    """With the same latencies, a scheduler with two REGISTER TILING warps loses issue slots to the
+    step's global loads (each waits to be stored before the next may start); DOUBLE BUFFER's loads are
+    in flight during the FMAs. More warps never lower the issue share."""
+    from kernels.harness import perfmodel
+    p = common.PROBLEMS["conv2"]
+    w = perfmodel.Weights(1.0, 4.0, 1.0)
+    lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32)
+    eta = {name: model.latency_efficiency(name, p, w, lat, cuda_stages.DEFAULTS[name])
+           for name in ("REGISTER TILING", "DOUBLE BUFFER")}
+    assert eta["REGISTER TILING"](2) < eta["DOUBLE BUFFER"](2) <= 1
+    assert eta["REGISTER TILING"](1) <= eta["REGISTER TILING"](2) <= eta["REGISTER TILING"](3)
+    instructions = perfmodel.parse_sass(model.compiled("REGISTER TILING")[0])
+    hot = model.hot_loop(instructions)
+    assert any(i.base == "BAR" and hot.start <= i.address <= hot.end for i in instructions)
+
+
 # --- on a real GPU ------------------------------------------------------------------------------
 
 GPU_PROBLEMS = [common.PROBLEMS["odd4"], common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),
@@ -257,3 +274,10 @@ def test_gpu_misaligned_view_is_rejected():
     xs = flat[1:].reshape(x.shape)            # contiguous, but 4 bytes past a 16-byte boundary
     with pytest.raises(ValueError, match="16-byte aligned"):
         common.run(cuda_stages.S6, xs, cupy.asarray(f))
+
+
+@pytest.mark.gpu
+def test_measured_latencies_are_ordered():
+    """FFMA < shared load < L1 hit < L2 hit, each a few to a few hundred cycles; barriers cost something."""
+    lat = model.measure_latencies()
+    assert 2 <= lat.alu < lat.shared < lat.l1 < lat.global_ < 2000 and lat.barrier > 0

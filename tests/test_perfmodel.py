@@ -153,3 +153,87 @@ def test_read_ncu_csv_rejects_missing_metrics_and_headers():
     partial = "\n".join(NCU.splitlines()[:-1])
     with pytest.raises(ValueError, match="lacks"):
         pm.read_ncu_csv(partial)
+
+
+# --- the latency model: register scoreboard, one scheduler's warps, waves ---------------------
+
+LAT = pm.Latencies(alu=4, shared=20, global_=100, barrier=10, l1=30)
+
+
+def body(text: str):
+    """Instructions of a hand-written loop body (one per line, nvdisasm style, addresses added)."""
+    lines = [f"        /*{16 * n:04x}*/ {line.strip()} ;" for n, line in enumerate(text.strip().splitlines())]
+    return pm.parse_sass("//---- .text.k ----\n" + "\n".join(lines) + f"\n        /*{16 * len(lines):04x}*/ EXIT ;")[:-1]
+
+
+def test_register_operands():
+    ffma, lds, sts, isetp, ldg, lea = body("""FFMA R1, R2, R3.reuse, R1
+        LDS.128 R4, [R8+0x10]
+        STS.128 [R9], R4
+        ISETP.GE.AND P0, PT, R1, 0x4, PT
+        @P1 LDG.E R2, desc[UR4][R6.64]
+        LEA R10, P2, R11, UR6, 0x2""")
+    assert pm.register_operands(ffma) == ({"R1"}, {"R1", "R2", "R3"})
+    assert pm.register_operands(lds) == ({"R4", "R5", "R6", "R7"}, {"R8"})
+    assert pm.register_operands(sts) == (set(), {"R9", "R4", "R5", "R6", "R7"})
+    assert pm.register_operands(isetp) == ({"P0"}, {"R1"})
+    assert pm.register_operands(ldg) == ({"R2"}, {"P1", "UR4", "R6", "R7"})
+    assert pm.register_operands(lea) == ({"R10", "P2"}, {"R11", "UR6"})
+
+
+def test_one_warp_waits_on_its_loads_and_barriers():
+    # LDS at 0, the FFMA that reads it at 20, the branch at 21, the next LDS at 22: 22 cycles
+    chain = body("LDS R1, [R0]\nFFMA R2, R1, R1, R2\nBRA `(.L_x_0)")
+    assert pm.scheduler_cycles(chain, LAT) == 22
+    # a global load instead: 100 + 2
+    assert pm.scheduler_cycles(body("LDG.E R1, desc[UR4][R6.64]\nFFMA R2, R1, R1, R2\nBRA `(.L_x_0)"), LAT) == 102
+    # independent work issues one per cycle; a counter carried across iterations waits its 4 cycles
+    assert pm.scheduler_cycles(body("IADD3 R1, R5, 0x1, RZ\nIADD3 R2, R6, 0x1, RZ\nBRA `(.L_x_0)"), LAT) == 3
+    assert pm.scheduler_cycles(body("IADD3 R1, R1, 0x1, RZ\nIADD3 R2, R6, 0x1, RZ\nBRA `(.L_x_0)"), LAT) == 4
+    # a barrier holds the warp 10 cycles: 10 + 2
+    assert pm.scheduler_cycles(body("BAR.SYNC.DEFER_BLOCKING 0x0\nFFMA R1, R1, R1, R1\nBRA `(.L_x_0)"), LAT) == 12
+
+
+def test_more_warps_fill_the_wait():
+    chain = body("LDS R1, [R0]\nFFMA R2, R1, R1, R2\nBRA `(.L_x_0)")
+    # round robin: LDS of warps 0, 1 at 0, 1; FFMAs at 20, 21; branches 22, 23; next LDS at 24
+    assert pm.scheduler_cycles(chain, LAT, warps=2) == 24
+    # 8 warps that started together stay in step: 8 LDS, the wait, 8 FFMAs, 8 branches = 20 + 16
+    assert pm.scheduler_cycles(chain, LAT, warps=8) == 36
+    # 8 warps of a 12-instruction body (the wait covered by the other warps' independent work)
+    wide = body("LDS R1, [R0]\n" + "IADD3 R3, R4, 0x1, RZ\n" * 9 + "FFMA R2, R1, R1, R2\nBRA `(.L_x_0)")
+    assert pm.scheduler_cycles(wide, LAT, warps=8) == 96
+    assert pm.issue_efficiency(2, 3, 24) == pytest.approx(0.25) and pm.issue_efficiency(8, 3, 24) == 1.0
+    # two warps of one block on this scheduler: barriers at 0 and 1, both leave at 1 + 10, then
+    # FFMA, FFMA, BRA, BRA and the next barrier at 15
+    bar = body("BAR.SYNC.DEFER_BLOCKING 0x0\nFFMA R1, R1, R1, R1\nBRA `(.L_x_0)")
+    assert pm.scheduler_cycles(bar, LAT, warps=2, warps_per_block=2) == 15
+    with pytest.raises(ValueError, match="multiple of warps_per_block"):
+        pm.scheduler_cycles(bar, LAT, warps=3, warps_per_block=2)
+
+
+def test_cp_async_double_buffer_halves_the_wait():
+    # the copy of iteration k lands 100 cycles after it issued; waiting for all groups costs the whole
+    # latency each iteration (DEPBAR at 2 waits until 100, the next copy at 102); keeping one group in
+    # flight lets two iterations share one wait (98 + 4 cycles)
+    copy = "LDGSTS.E.BYPASS.128 [R0], desc[UR4][R2.64]\nLDGDEPBAR\nDEPBAR.LE SB0, {}\nBRA `(.L_x_0)"
+    assert pm.scheduler_cycles(body(copy.format("0x0")), LAT) == 102
+    assert pm.scheduler_cycles(body(copy.format("0x1")), LAT) == 51
+
+
+def test_expand_loop_repeats_inner_loops():
+    ins = pm.parse_sass(SASS)
+    outer, inner = pm.find_loops(ins)
+    flat = pm.expand_loop(ins, outer, {inner.start: 3})
+    assert [i.base for i in flat] == ["LDS"] + ["FFMA", "FFMA", "IADD3", "BRA"] * 3 + ["STG", "BRA"]
+
+
+def test_occupancy_with_latency_efficiency():
+    eff = {3: 1.0, 1: 0.5}.get
+    # one full wave of 3 four-warp blocks per SM, then one block per SM at half speed: 3 + 2 = 5 units
+    # of time where 4 would do
+    assert pm.occupancy_ratio(132 * 4, 132, 4, 3, efficiency=eff) == pytest.approx(4 / 5)
+    # a partial last wave is as long as its busiest SM: 2 full, then 66 blocks on 66 SMs
+    assert pm.occupancy_ratio(132 * 2 + 66, 132, 4, 2) == pytest.approx(2.5 / 3)
+    with pytest.raises(ValueError, match="efficiency"):
+        pm.occupancy_ratio(132, 132, 4, 1, efficiency=lambda w: 0.0)

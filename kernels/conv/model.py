@@ -1,5 +1,6 @@
 """The performance model applied to the convolution stages: SASS instruction counts times loop trips,
-weights from instruction rates measured on this GPU, occupancy from the launch, and predictions.
+weights from instruction rates measured on this GPU, occupancy from the launch, the latency term
+(one tile step of the SASS through perfmodel's scoreboard, latencies measured here), and predictions.
 
 SASS comes from the same compilers the GPU uses: NVRTC for the CUDA C++ stages (works on any
 machine) and Numba's PTX through ptxas for the Numba stages (needs real ``numba.cuda``, so not in
@@ -152,14 +153,79 @@ def l1_wavefronts(stage: str, p: Problem) -> float | None:
     return loads * (1 + lines) + p.pixels * warps_per_pixel * lines
 
 
+def hot_loop(instructions: list[sass.Instruction]) -> perfmodel.Loop:
+    """The loop whose iteration the latency model simulates: the innermost loop that holds a barrier
+    (one tile step: copy, barrier, FMAs), else the innermost loop."""
+    loops = perfmodel.find_loops(instructions)
+    if not loops:
+        raise ValueError("the SASS has no loop")
+    synced = [lp for lp in loops if any(i.base == "BAR" and lp.start <= i.address <= lp.end for i in instructions)]
+    return max(synced or loops, key=lambda lp: lp.depth)
+
+
+def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies,
+                       tile: dict | None = None, sass: str | None = None):
+    """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps
+    of this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp
+    (the model's E weights) against the cycles ``perfmodel.scheduler_cycles`` simulates. A tiled
+    stage's global loads fetch a new tile (L2 latency); a loop without a barrier re-reads input and
+    filter lines that its own and neighbouring warps touched (L1 latency). None when the loops are
+    not understood (no trip counts)."""
+    sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
+    instructions = perfmodel.parse_sass(sass)
+    loops = perfmodel.find_loops(instructions)
+    t = trips(stage, p, tile, len(loops))
+    if t is None:
+        return None
+    body = perfmodel.expand_loop(instructions, hot_loop(instructions), {lp.start: n for lp, n in zip(loops, t)})
+    if not any(i.base == "BAR" for i in body):
+        lat = dataclasses.replace(lat, global_=lat.l1)   # no tiles: loads re-read lines L1 holds
+    per_class = {"fp32": 0, "ldst": 0, "other": 0}
+    for ins in body:
+        per_class[perfmodel.classify(ins.opcode, ins.predicate)] += 1
+    issue = per_class["fp32"] * w.compute + per_class["ldst"] * w.ldst + per_class["other"] * w.other
+    warps_per_block = math.ceil(launch_shape(stage, p, tile)[1] / 32)
+    per_scheduler = max(1, warps_per_block // 4)     # a block's warps on one scheduler (barrier partners)
+    cache: dict[int, float] = {}
+
+    def efficiency(warps: int) -> float:
+        if warps not in cache:
+            partners = per_scheduler if warps % per_scheduler == 0 else 1
+            cycles = perfmodel.scheduler_cycles(body, lat, warps, partners)
+            cache[warps] = perfmodel.issue_efficiency(warps, issue, cycles)
+        return cache[warps]
+
+    return efficiency
+
+
 def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-              props: dict | None = None) -> float:
+              props: dict | None = None, efficiency=None) -> float:
     props = props or device.properties()
     blocks, threads = launch_shape(stage, p, tile)
     resident = perfmodel.blocks_per_sm(threads, max(resources.registers, 1), resources.smem_bytes,
                                        max_threads=props["max_threads_per_sm"], regs_per_sm=props["regs_per_sm"],
                                        smem_per_sm=props["smem_per_sm_bytes"])
-    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), max(resident, 1))
+    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), max(resident, 1),
+                                     efficiency=efficiency)
+
+
+def measure_latencies() -> perfmodel.Latencies:
+    """The scoreboard's latencies on this GPU, in cycles: FFMA chain, shared-load chain and barrier
+    (conv/rates.cu's latency_probe, one 4-warp block), and global loads hitting L2 (L1 skipped) and
+    L1 (the probes chapter's pointer chases)."""
+    import cupy
+    import numpy as np
+    from ..probes import memory
+    iters = 1024
+    probe = cuda_cpp.load("conv/rates.cu", "latency_probe")
+    cycles = cupy.zeros(3, dtype=cupy.int64)
+    sink = cupy.zeros(128, dtype=cupy.float32)
+    for _ in range(2):   # the first launch warms the instruction cache
+        probe((1,), (128,), (cycles, sink, np.int32(iters), np.float32(0.999), np.float32(0.001)))
+    alu, shared, barrier = (float(c) / (iters * 16) for c in cycles.get())
+    hits = {r["metric"]: float(r["value"]) for r in memory.run_hit_latencies()}
+    return perfmodel.Latencies(alu=alu, shared=shared, global_=hits["L2 hit latency"], barrier=barrier,
+                               l1=hits["L1 hit latency"])
 
 
 def measure_rates(repeat: int = 20) -> dict:

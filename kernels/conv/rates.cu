@@ -1,5 +1,6 @@
 // Instruction throughputs for the performance model's weights (DIGEST 002): how many integer-ALU
-// and shared-memory load instructions an SM issues per second, measured like the FP32 FMA ceiling.
+// and shared-memory load instructions an SM issues per second, measured like the FP32 FMA ceiling;
+// and the latencies its scoreboard needs (latency_probe, at the end).
 
 // Eight independent chains of (add, xor): two integer-ALU instructions per chain and iteration that
 // ptxas cannot merge (IADD3 only adds, LOP3 only does logic), so the ALU pipe sets the rate.
@@ -30,4 +31,41 @@ extern "C" __global__ void lds_rate(int* out, int iters, int step) {
         idx = (idx + step) & 2047;   // a run-time step keeps the loads inside the loop
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+// Latencies for the model's scoreboard (perfmodel.scheduler_cycles), one warp timed with clock64():
+// cycles per FFMA of one dependent chain (the fixed ALU/FMA latency), per shared load whose address
+// is the previous load's value (LDS [R+UR], nothing else in the chain), and per __syncthreads() of a
+// 4-warp block whose warps arrive together (one warp per scheduler, as in the 128-thread tiles).
+extern "C" __global__ void latency_probe(long long* cycles, float* sink, int iters, float a, float b) {
+    __shared__ unsigned table[64];
+    const int t = threadIdx.x;
+    if (t < 64) table[t] = ((t + 1) & 63) * 4;   // byte offset of the next entry
+    __syncthreads();
+    float v = a + t;
+    const long long c0 = clock64();
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v = fmaf(v, a, b);
+    }
+    const long long c1 = clock64();
+    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(table));
+    unsigned offset = (t & 63) * 4;
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)   // asm: the compiler may not reorder or fold the chain
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(offset) : "r"(base + offset));
+    }
+    const long long c2 = clock64();
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) __syncthreads();
+    }
+    const long long c3 = clock64();
+    if (t == 0) {
+        cycles[0] = c1 - c0;
+        cycles[1] = c2 - c1;
+        cycles[2] = c3 - c2;
+    }
+    sink[t] = v + offset;
 }

@@ -6,7 +6,9 @@ A compute-bound kernel runs at the FP32 peak times its instruction efficiency
 
 where the weights say how many FP32 instructions fit in the issue time of one instruction of each
 class (W = FP32 rate / that class's rate, both measured on the same GPU), times an occupancy ratio
-for problems too small to keep every SM's schedulers busy. Counts come either from the SASS
+for problems too small to keep every SM's schedulers busy -- or, with few warps per scheduler, too
+latency-bound to (``scheduler_cycles``: a register scoreboard over one loop iteration of the SASS,
+with latencies measured on the GPU, gives ``issue_efficiency``). Counts come either from the SASS
 (static counts times loop trip counts, ``sass_counts``) or from Nsight Compute (``read_ncu_csv``).
 Everything here is arithmetic and text parsing: it runs, and is tested, without a GPU.
 """
@@ -86,22 +88,28 @@ def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads:
 
 
 def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks: int,
-                    schedulers: int = 4) -> float:
+                    schedulers: int = 4, efficiency=None) -> float:
     """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
 
-    Two losses multiply. The tail: blocks go out in waves of ``sms * resident_blocks``, and a
-    partial last wave leaves SMs idle, so the busy fraction is blocks / (waves * wave size) -- but
-    a wave smaller than one block per SM is counted per SM (an SM with one block is busy).
-    Too few warps: each of an SM's ``schedulers`` issues only for its own warps, so an SM with fewer
-    resident warps than schedulers runs at warps / schedulers (DIGEST 002's min(active warps, 1)).
-    """
+    Blocks go out in waves of up to ``resident_blocks`` per SM, spread over the SMs (a last, partial
+    wave of r blocks puts ceil(r / sms) on the busiest SM). A wave lasts as long as its busiest
+    scheduler needs: each of an SM's ``schedulers`` issues only for its own warps, ceil(blocks on the
+    SM x warps_per_block / schedulers) of them, so an SM with fewer warps than schedulers leaves some
+    idle (DIGEST 002's min(active warps, 1)). ``efficiency(W)``: the fraction of its time a scheduler
+    with W warps can issue (``issue_efficiency``; latency), 1 if not given. The ratio is the ideal time
+    (every scheduler of every SM busy) over the sum of the waves' times."""
     if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
         raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
-    per_sm = min(resident_blocks, math.ceil(blocks / sms))   # blocks an SM holds at a time
-    waves = math.ceil(blocks / (sms * per_sm))
-    tail = blocks / (waves * sms * per_sm)
-    warps = per_sm * warps_per_block
-    return tail * min(1.0, warps / schedulers)
+    full, rest = divmod(blocks, sms * resident_blocks)
+    waves = [resident_blocks] * full + ([math.ceil(rest / sms)] if rest else [])
+    time = 0.0
+    for per_sm in waves:
+        warps = math.ceil(per_sm * warps_per_block / schedulers)
+        eta = efficiency(warps) if efficiency else 1.0
+        if not 0 < eta <= 1:
+            raise ValueError(f"efficiency({warps}) must be in (0, 1], got {eta}")
+        time += warps / eta
+    return blocks * warps_per_block / (sms * schedulers) / time
 
 
 @dataclass(frozen=True)
@@ -277,3 +285,183 @@ def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Cou
                 factor *= trip
         n[classify(ins.opcode, ins.predicate)] += factor
     return Counts(**n)
+
+
+# --- latency: one scheduler's cycles per loop iteration, from the SASS -------------------------
+# The issue-slot model above assumes a scheduler always has a warp ready. With few warps per
+# scheduler that fails when one warp's loop body waits longer on its own results (shared loads,
+# global loads feeding shared stores, barriers) than the other warps take to issue theirs.
+
+@dataclass(frozen=True)
+class Latencies:
+    """Cycles from issue until a result can be used, measured on the GPU: fixed-latency ALU/FMA,
+    shared-memory load (also used for other variable-latency MIO results: LDC, S2R, MUFU), global
+    load (``global_``: an L2 hit; ``l1``: an L1 hit, for callers that know their loads hit there;
+    0 if not measured), and the time a warp spends in a barrier when its block's warps arrive together."""
+    alu: float
+    shared: float
+    global_: float
+    barrier: float
+    l1: float = 0.0
+
+
+SHARED_LATENCY_OPS = {"LDS", "LDSM", "LDC", "S2R", "S2UR", "MUFU", "I2F", "F2I", "SHFL", "POPC", "FLO", "BREV"}
+GLOBAL_LATENCY_OPS = {"LD", "LDG", "LDL", "ATOM", "ATOMG"}
+NO_DESTINATION = {"ST", "STS", "STG", "STL", "RED", "BAR", "BRA", "BSSY", "BSYNC", "WARPSYNC", "NOP", "EXIT",
+                  "LDGSTS", "DEPBAR", "LDGDEPBAR", "BREAK", "CALL", "RET", "YIELD", "MEMBAR", "FENCE", "CCTL",
+                  "ARRIVES", "SYNCS", "ERRBAR", "BPT", "RPCMOV"}
+_REGISTER = re.compile(r"(?<![\w.])(U?R|U?P)(\d+)(?:\.64)?")
+
+
+def _width(opcode: str) -> int:
+    """32-bit registers a load writes or a store reads: LDS.128 -> 4, .64 / IMAD.WIDE / CS2R -> 2."""
+    if ".128" in opcode:
+        return 4
+    if ".64" in opcode or ".WIDE" in opcode or opcode.startswith("CS2R"):
+        return 2
+    return 1
+
+
+def _names(operand: str, width: int = 1) -> set[str]:
+    """Register names in one operand (RZ, PT, URZ excluded); ``R4.64`` or a ``width`` > 1 spans several."""
+    out = set()
+    for m in _REGISTER.finditer(operand):
+        n = 2 if m.group(0).endswith(".64") else width
+        out |= {f"{m.group(1)}{int(m.group(2)) + i}" for i in range(n)}
+    return out
+
+
+def register_operands(ins: sass.Instruction) -> tuple[set[str], set[str]]:
+    """(registers written, registers read) by one instruction: the first operand is the destination
+    (plus a predicate in second place: ISETP's second result, LEA's/IADD3's carry), except for stores,
+    branches and barriers, which only read. Memory operands in brackets are always read."""
+    ops = [o.strip() for o in ins.operands.split(",")] if ins.operands else []
+    reads = _names(ins.predicate)
+    if ins.base in NO_DESTINATION or not ops:
+        data = _width(ins.opcode) if ins.base.startswith(("ST", "RED")) else 1
+        for o in ops:
+            reads |= _names(o, 1 if "[" in o else data)
+        return set(), reads
+    writes = _names(ops[0], _width(ins.opcode) if "[" not in ops[0] else 1)
+    rest = ops[1:]
+    if rest and re.fullmatch(r"U?P\d", rest[0]):
+        writes |= _names(rest[0])
+        rest = rest[1:]
+    for o in rest:
+        reads |= _names(o)
+    return writes, reads
+
+
+def latency_of(ins: sass.Instruction, lat: Latencies) -> float:
+    """Cycles until the result of ``ins`` can be read (its class's latency in ``lat``)."""
+    if ins.base in GLOBAL_LATENCY_OPS:
+        return lat.global_
+    if ins.base in SHARED_LATENCY_OPS:
+        return lat.shared
+    return lat.alu
+
+
+def _depbar_keep(ins: sass.Instruction) -> int:
+    """How many of the most recent cp.async groups ``DEPBAR.LE SB0, n`` lets stay in flight."""
+    m = re.search(r"SB0,\s*(0x[0-9a-fA-F]+|\d+)", ins.operands)
+    return int(m.group(1), 0) if m else 0
+
+
+def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 1, warps_per_block: int = 1,
+                     iterations: int = 3) -> float:
+    """Cycles one scheduler needs per iteration of ``body`` (instructions in issue order, inner loops
+    already unrolled into it) with ``warps`` identical warps, in steady state: the mean of
+    ``iterations`` iterations after the first, all warps starting together as a launch's blocks do.
+
+    Each cycle the scheduler issues one instruction of the next ready warp after the last one that
+    issued (loose round robin). A warp issues in order; an instruction waits until every register it
+    reads is ready, or a load still writes a register it overwrites (a register scoreboard): after
+    ``lat.alu`` cycles for ALU/FMA results, ``lat.shared`` for shared/MIO loads, ``lat.global_`` for
+    global loads. A barrier waits until the ``warps_per_block`` warps of its block on this scheduler
+    have arrived (its warps on the other schedulers run the same schedule), then ``lat.barrier``. cp.async (LDGSTS) copies
+    land after the global latency; DEPBAR.LE SB0, n waits until all but the n most recent commit
+    groups (LDGDEPBAR) have landed. Branches are taken as falling through, as ``sass_counts`` counts."""
+    if not body:
+        raise ValueError("empty loop body")
+    if warps < 1 or warps_per_block < 1 or warps % warps_per_block:
+        raise ValueError(f"need warps >= 1, a multiple of warps_per_block >= 1; got {warps}, {warps_per_block}")
+    operands = [register_operands(ins) for ins in body]
+    n_total = len(body) * iterations
+    pc = [0] * warps
+    ready = [dict() for _ in range(warps)]      # register -> cycle its value can be read
+    loading = [dict() for _ in range(warps)]    # register -> cycle a load's write lands (no overtaking)
+    groups = [[] for _ in range(warps)]     # landing times of committed cp.async groups, oldest first
+    pending = [0.0] * warps                 # latest landing of cp.asyncs not yet committed
+    hold = [0.0] * warps                    # earliest cycle the warp may issue again (barrier, DEPBAR)
+    at_barrier: dict[int, list[int]] = {}   # block -> warps waiting in its barrier
+    iteration_end = [[0.0] * iterations for _ in range(warps)]
+
+    def issue_time(w: int) -> float:
+        if pc[w] >= n_total or any(w in waiting for waiting in at_barrier.values()):
+            return math.inf
+        ins = body[pc[w] % len(body)]
+        writes, reads = operands[pc[w] % len(body)]
+        t = max([hold[w]] + [ready[w].get(r, 0.0) for r in reads] + [loading[w].get(r, 0.0) for r in writes])
+        if ins.base == "DEPBAR":
+            t = max([t] + groups[w][:max(0, len(groups[w]) - _depbar_keep(ins))])
+        return t
+
+    now, last = 0.0, -1
+    while True:
+        times = [issue_time(w) for w in range(warps)]
+        if min(times) == math.inf:
+            break
+        now = max(now, min(times))
+        w = next(v for v in ((last + 1 + k) % warps for k in range(warps)) if times[v] <= now)
+        ins = body[pc[w] % len(body)]
+        writes, _ = operands[pc[w] % len(body)]
+        done = now + latency_of(ins, lat)
+        for r in writes:
+            ready[w][r] = done
+            if ins.base in GLOBAL_LATENCY_OPS or ins.base in SHARED_LATENCY_OPS:
+                loading[w][r] = done
+        if ins.base == "LDGSTS":
+            pending[w] = max(pending[w], now + lat.global_)
+        elif ins.base == "LDGDEPBAR":
+            groups[w].append(pending[w])
+        elif ins.base == "DEPBAR":
+            keep = _depbar_keep(ins)
+            groups[w] = groups[w][max(0, len(groups[w]) - keep):] if keep else []
+        hold[w] = now + 1
+        pc[w] += 1
+        if pc[w] % len(body) == 0:
+            iteration_end[w][pc[w] // len(body) - 1] = now + 1
+        if ins.base == "BAR":
+            block = w // warps_per_block
+            waiting = at_barrier.setdefault(block, [])
+            waiting.append(w)
+            if len(waiting) == warps_per_block:
+                for v in waiting:
+                    hold[v] = now + lat.barrier
+                del at_barrier[block]
+        last, now = w, now + 1   # one issue per cycle
+    ends = [max(e[i] for e in iteration_end) for i in range(iterations)]
+    return (ends[-1] - ends[0]) / (iterations - 1) if iterations > 1 else ends[-1]
+
+
+def expand_loop(instructions: list[sass.Instruction], loop: Loop, trips: dict[int, float]) -> list[sass.Instruction]:
+    """One iteration of ``loop``'s body in issue order, with each loop nested inside it repeated by its
+    trip count (``trips``: loop start address -> iterations per entry; rounded to whole iterations)."""
+    inner = [lp for lp in find_loops(instructions)
+             if loop.start <= lp.start and lp.end <= loop.end and (lp.start, lp.end) != (loop.start, loop.end)]
+    body = [i for i in instructions if loop.start <= i.address <= loop.end]
+    for lp in sorted(inner, key=lambda lp: -lp.depth):   # innermost first
+        n = max(1, round(trips.get(lp.start, 1)))
+        start = next(k for k, i in enumerate(body) if i.address == lp.start)
+        stop = max(k for k, i in enumerate(body) if i.address <= lp.end) + 1
+        body = body[:start] + body[start:stop] * n + body[stop:]
+    return body
+
+
+def issue_efficiency(warps: float, issue_cycles: float, latency_cycles: float) -> float:
+    """The fraction of the time a scheduler does useful work: its ``warps`` warps need ``issue_cycles``
+    (weighted issue slots) each per iteration, and the iteration takes ``latency_cycles``
+    (``scheduler_cycles``) when latency, not throughput, sets the pace: min(1, warps x issue / latency)."""
+    if warps <= 0 or issue_cycles <= 0 or latency_cycles <= 0:
+        raise ValueError(f"need positive warps, issue and latency cycles; got {warps}, {issue_cycles}, {latency_cycles}")
+    return min(1.0, warps * issue_cycles / latency_cycles)
