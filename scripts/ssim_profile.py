@@ -3,6 +3,8 @@ benchmark size, written to data/results/<gpu-slug>/ssim_ncu.csv (read by noteboo
 
     python3 scripts/ssim_profile.py [VERSION ...]      # runs ncu on itself; default: every version
 
+"V13 mean" (one argument, quoted) profiles V13's fused-mean kernel instead of its map.
+
 Profiling some versions replaces their rows and keeps the other versions' rows of an earlier run.
 
 Counters: duration, instructions executed (warp level), FFMA thread-instructions, issue-slot use,
@@ -10,6 +12,7 @@ achieved occupancy, local-memory traffic (what V3-0's ring costs), DRAM bytes, a
 of warps stalled per issued instruction for the main stall reasons.
 """
 import csv
+import functools
 import os
 import subprocess
 import sys
@@ -43,10 +46,12 @@ def child(versions) -> None:
     a, b = (cupy.asarray(x) for x in common.test_images(common.BENCH_SHAPE))
     out = cupy.empty(common.BENCH_SHAPE, dtype=cupy.float32)
     for version in versions:
-        common.run(version, a, b, out=out)
+        name, _, mode = version.partition(" ")
+        launch = common.fused_sums if mode == "mean" else functools.partial(common.run, out=out)
+        launch(name, a, b)
         cupy.cuda.runtime.deviceSynchronize()
         print(f"@@ {version}", flush=True)
-        common.run(version, a, b, out=out)
+        launch(name, a, b)
         cupy.cuda.runtime.deviceSynchronize()
 
 
@@ -57,7 +62,7 @@ def main(versions) -> int:
     if not device.on_gpu():
         print("needs a CUDA GPU and ncu")
         return 1
-    versions = versions or list(common.VERSIONS)
+    versions = versions or [*common.VERSIONS, *(f"{v} mean" for v in common.fused_mean_versions())]
     rows = []
     for version in versions:  # one ncu process per version: its second ssim launch is the profiled one
         cmd = ["ncu", "--csv", "--page", "raw", "-k", "regex:ssim", "--launch-skip", "1", "--launch-count", "1",

@@ -2,8 +2,9 @@
 
     compute-sanitizer --tool memcheck python3 scripts/ssim_sanitize.py [VERSION ...]   # default: every version
 
-Inference and training mode of every version, then the backward kernel; each result is checked
-against the float64 reference so a clean memcheck also means a correct map.
+Inference and training mode of every version (and the fused mean, where a version has one), then the
+backward kernel; each result is checked against the float64 reference so a clean memcheck also means
+a correct map.
 """
 import sys
 from pathlib import Path
@@ -33,6 +34,9 @@ def main(versions) -> int:
                 result = check.compare(got[0] if training else got, ref[0], atol=common.MAP_ATOL,
                                        name=f"{version} {'x'.join(map(str, shape))} "
                                             f"{'training' if training else 'inference'}")
+                failures += not result.ok
+                print(result)
+            for result in common.fused_checks(version, [shape]) if version in common.fused_mean_versions() else ():
                 failures += not result.ok
                 print(result)
     _, d1, d2, d3 = common.run("V4", da, db, training=True)

@@ -37,8 +37,10 @@ def variant(version: str, rows: int, regs: int, unroll: int, stages: int, cols: 
         text = re.sub(r"constexpr int kColsPerThread = \d+;", f"constexpr int kColsPerThread = {cols};", text)
     path = folder / f"{src.stem}_r{rows}_g{regs}_u{unroll}_s{stages}_c{cols}.cu"
     path.write_text(text)
-    res = cuda_cpp.compile_cubin(path, "sm_90", (f"-I{src.parent}",)).resources[0]
-    kernel = cuda_cpp.load(path, cuda_versions.kernel_name(version), (f"-I{src.parent}",))
+    arch, options = "sm_" + device.properties()["cc"], (f"-I{src.parent}",)
+    res = cuda_cpp.compile_cubin(path, arch, options).resources[0]
+    # With an arch, load() takes the cubin of the compile above (compile_cubin caches it): one compile.
+    kernel = cuda_cpp.load(path, cuda_versions.kernel_name(version), options, arch=arch)
     return kernel, res
 
 

@@ -229,6 +229,25 @@ def test_unknown_version(pair):
         common.run("V99", *pair)
 
 
+def test_fused_mean_only_where_the_kernel_has_it(pair):
+    assert "V13" in common.fused_mean_versions() and "V9" not in common.fused_mean_versions()
+    with pytest.raises(ValueError, match="V9 has no fused mean"):
+        common.fused_mean("V9", *pair)
+    with pytest.raises(ValueError, match="unknown SSIM version"):
+        common.fused_mean("V99", *pair)
+
+
+def test_fused_mean_bad_input(pair):
+    a, b = pair
+    with pytest.raises(TypeError, match="float32"):
+        common.fused_mean("V13", a.astype(np.float64), b)
+    with pytest.raises(ValueError, match="same shape"):
+        common.fused_mean("V13", a, device.xp().zeros((1, 1, 12, 13), dtype=np.float32))
+    small = device.xp().zeros((1, 1, 10, 40), dtype=np.float32)
+    with pytest.raises(ValueError, match="at least 11x11"):
+        common.fused_mean("V13", small, small, valid=True)
+
+
 def test_wrong_out_shape(pair):
     out = device.xp().empty((1, 1, 12, 11), dtype=np.float32)
     with pytest.raises(ValueError, match="out: expected shape"):
@@ -257,6 +276,8 @@ def test_cuda_version_in_simulator_says_it_needs_a_gpu(pair):
         pytest.skip("on a GPU the CUDA C++ versions run (test_ssim_gpu.py)")
     with pytest.raises(RuntimeError, match="needs a GPU"):
         common.run("V4", *pair)
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        common.fused_mean("V13", *pair)
 
 
 # ---------------------------------------------------------------------------------------------------

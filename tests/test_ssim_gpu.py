@@ -53,6 +53,22 @@ def test_version_training(version, shape, cases):
         check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{version} {name}")
 
 
+@pytest.mark.parametrize("version", common.fused_mean_versions())
+@pytest.mark.parametrize("valid", [False, True])
+@pytest.mark.parametrize("kind", ["random", "structured"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fused_mean_matches_reference(version, valid, kind, shape, cases):
+    """The mean mode writes no map: its per-plane float64 sums against the reference map's, and the mean."""
+    import cupy
+    a, b, ref = cases(shape, kind)
+    ref = common.crop_valid(ref) if valid else ref
+    da, db = cupy.asarray(a), cupy.asarray(b)
+    sums = common.fused_sums(version, da, db, valid=valid).get()
+    ref_sums = ref.reshape(len(sums), -1).sum(axis=1)
+    np.testing.assert_allclose(sums, ref_sums, rtol=0, atol=common.MEAN_ATOL * ref[0].size)
+    assert abs(common.fused_mean(version, da, db, valid=valid) - ref.mean()) <= common.MEAN_ATOL
+
+
 @pytest.mark.parametrize("version", common.CUDA_VERSIONS)
 def test_cuda_version_nan_stays_in_its_windows(version):
     a, b = common.test_images((1, 1, 40, 70), seed=3)

@@ -50,6 +50,23 @@ def measure(version: str, shape, ceilings, *, training: bool = False, sets=None,
             "floor_ms": fl.floor_ms, "% of floor": 100 * fl.floor_ms / t.median_ms}
 
 
+def measure_mean(version: str, shape, *, valid: bool = False, sets=None, repeat: int = 50) -> dict:
+    """Median ms of the SSIM sum (one float64 on the device) two ways: the map, then its float64 sum
+    (``common.map_sum``); and, for ``common.fused_mean_versions()``, the fused sum that writes no map."""
+    import cupy
+    sets = sets or inputs(shape)
+    out = cupy.empty(shape, dtype=cupy.float32)
+    two_pass = timing.benchmark(lambda a, b: common.map_sum(common.run(version, a, b, out=out, valid=valid)),
+                                args=sets, repeat=repeat)
+    row = {"version": version, "problem": problem_name(shape) + ("-valid" if valid else ""),
+           "map + mean ms": two_pass.median_ms, "fused ms": None}
+    if version in common.fused_mean_versions():
+        fused = timing.benchmark(lambda a, b: common.fused_sums(version, a, b, valid=valid).sum(), args=sets,
+                                 repeat=repeat)
+        row["fused ms"] = fused.median_ms
+    return row
+
+
 def result_rows(m: dict) -> list[dict]:
     """A measurement as rows for results.record('ssim', ...)."""
     return [{"kernel": m["version"], "problem": m["problem"], "metric": k, "value": m[k], "unit": u}
@@ -166,12 +183,11 @@ def hot_loop(version: str) -> dict:
             "per row and column": len(loop) / rows / cols}
 
 
-def peers(shape=None) -> list[tuple[str, object]]:
-    """Optional library SSIMs on the same images (PyTorch-based), as (name, fn(a, b)); missing ones skipped.
+def peers() -> list[tuple[str, object]]:
+    """Optional library SSIMs (PyTorch-based), as (name, fn(a, b)) for any image shape; missing ones skipped.
 
     pytorch-msssim returns the mean over each image's valid region (its convolutions do not pad);
-    kornia returns the 'same' map, padded by reflection where ours pads with zeros. ``shape`` is unused
-    (kept for notebook 02's calls)."""
+    kornia returns the 'same' map, padded by reflection where ours pads with zeros."""
     found = []
     try:
         import torch
@@ -235,7 +251,7 @@ def peer_rows(shape, version: str) -> tuple[list[dict], list[dict]]:
     """On a GPU: every installed peer timed at ``shape`` (rows for results.record) and checked with
     ``version`` against the float64 reference at PEER_CHECK_SHAPE (agreement rows)."""
     timed_rows, agreement = [], []
-    for name, fn in peers(shape):
+    for name, fn in peers():
         ms = time_peer(fn, shape)
         timed_rows.append({"kernel": name, "problem": problem_name(shape), "metric": "ms", "value": ms, "unit": "ms"})
         agreement.append({**peer_agreement(name, fn, PEER_CHECK_SHAPE, version), "ms": ms})
@@ -244,7 +260,8 @@ def peer_rows(shape, version: str) -> tuple[list[dict], list[dict]]:
 
 def main(versions=None) -> None:
     """``python -m kernels.ssim.bench [VERSION ...]``: measure versions at the benchmark size (inference,
-    and training for the register-pipeline versions) and print one line each; records nothing."""
+    training for the register-pipeline versions, the fused mean where there is one) and print one line
+    each; records nothing."""
     from kernels.harness import ceilings as ceilings_module
     if not device.on_gpu():
         print("needs a CUDA GPU")
@@ -256,6 +273,11 @@ def main(versions=None) -> None:
     for v in [v for v in (versions or common.VERSIONS) if v in ("V3", "V4", *common.BEYOND)]:
         m = measure(v, common.BENCH_SHAPE, ceil, training=True, sets=sets)
         print(describe(m, v) + "  [training]", flush=True)
+    for v in [v for v in (versions or common.VERSIONS) if v in common.fused_mean_versions()]:
+        for valid in (False, True):
+            m = measure_mean(v, common.BENCH_SHAPE, valid=valid, sets=sets)
+            print(f"{v} SSIM value{' (valid)' if valid else ''}: map + mean {m['map + mean ms']:.4f} ms, "
+                  f"fused {m['fused ms']:.4f} ms", flush=True)
 
 
 if __name__ == "__main__":

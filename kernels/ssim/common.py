@@ -63,6 +63,10 @@ VERSIONS = {
     "V8": "v8.cu",
     "V9": "v9.cu",
     "V10": "v10.cu",
+    "V11": "v11.cu",
+    "V12": "v12.cu",
+    "V13": "v13.cu",
+    "V14": "v14.cu",
 }
 WORKLOG = ["Naive", "V1", "V2", "V3-0", "V3-1", "V3", "V4-1", "V4"]  # notebook 02; the rest: notebook 02b
 BEYOND = [v for v in VERSIONS if v not in WORKLOG]
@@ -321,9 +325,60 @@ def verify(version: str, shapes, kinds=("random", "structured"), *, training: bo
     return lines
 
 
+def map_sum(ssim_map):
+    """The float64 sum of a map, left on the device (0-d). A strided view (the valid map) is summed along
+    its rows first: CuPy reduces a whole non-contiguous array in one block, 100x slower at 2160x3840."""
+    if ssim_map.flags.c_contiguous:
+        return ssim_map.sum(dtype=np.float64)
+    return ssim_map.sum(axis=-1, dtype=np.float64).sum()
+
+
 def mean(ssim_map) -> float:
     """The SSIM value: the mean of a map, accumulated in float64."""
-    return float(ssim_map.mean(dtype=np.float64))
+    return float(map_sum(ssim_map)) / ssim_map.size
+
+
+def fused_mean_versions() -> list[str]:
+    """The versions whose kernel can sum SSIM itself, writing no map (V13 on)."""
+    from . import cuda_versions
+    return [v for v in CUDA_VERSIONS if cuda_versions.has_fused_mean(v)]
+
+
+def fused_sums(version: str, img1, img2, *, valid: bool = False):
+    """One launch that writes no map: the sum of each plane's SSIM values (or of its valid map), a
+    float64 device array of N*C values, not synchronized. Only for ``fused_mean_versions()``."""
+    validate(img1, img2)
+    module = version_module(version)  # an unknown version is refused here
+    if version not in fused_mean_versions():
+        raise ValueError(f"{version} has no fused mean (versions that have one: {fused_mean_versions()}); "
+                         "use mean(run(...)) instead")
+    n, c, h, w = img1.shape
+    sums = device.xp().zeros(n * c, dtype=np.float64)
+    module.launch_mean(version, img1, img2, sums, valid)
+    return sums
+
+
+def fused_mean(version: str, img1, img2, *, valid: bool = False) -> float:
+    """The SSIM value mean(run(version, img1, img2, valid=valid)) from ``fused_sums``: no map in memory."""
+    sums = fused_sums(version, img1, img2, valid=valid)
+    h, w = img1.shape[-2:]
+    pixels = (h - 2 * RADIUS) * (w - 2 * RADIUS) if valid else h * w
+    return float(sums.sum()) / (sums.size * pixels)
+
+
+def fused_checks(version: str, shapes) -> list:
+    """``fused_mean`` (all pixels, then the valid map) against the float64 reference's mean on fresh random
+    images of each shape: check.CheckResult objects, printed as verdict lines that name the tolerance."""
+    xp = device.xp()
+    found = []
+    for shape in shapes:
+        a, b, ref = _case(tuple(shape), "random", 100 + len(found), False)
+        for valid in (False, True):
+            want = (crop_valid(ref) if valid else ref).mean()
+            got = fused_mean(version, xp.asarray(a), xp.asarray(b), valid=valid)
+            label = f"{version} {'x'.join(map(str, shape))} fused {'valid-map ' if valid else ''}mean"
+            found.append(check.compare(np.array([got]), np.array([want]), atol=MEAN_ATOL, name=label))
+    return found
 
 
 def planes(a):

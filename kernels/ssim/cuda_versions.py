@@ -55,3 +55,23 @@ def launch(version, img1, img2, out, derivs):
     kernel(version)(grid, (g["threads"],),
                     (*(planes(a) for a in (img1, img2, out, *d)), np.int32(h), np.int32(w),
                      np.int32(derivs is not None)))
+
+
+@lru_cache(maxsize=None)
+def has_fused_mean(version: str) -> bool:
+    """Whether the .cu file has a second kernel, ssim_<file>_mean, that sums SSIM without a map (V13 on)."""
+    return f"{kernel_name(version)}_mean(" in cuda_cpp.source_path(source(version)).read_text()
+
+
+@lru_cache(maxsize=None)
+def mean_kernel(version: str):
+    return cuda_cpp.load(source(version), kernel_name(version) + "_mean")
+
+
+def launch_mean(version, img1, img2, sums, valid: bool):
+    """Add each plane's SSIM values (of the valid map with ``valid``) to ``sums``, N*C float64 zeros."""
+    n, c, h, w = img1.shape
+    g = geometry(version)
+    grid = ((w + g["cols"] - 1) // g["cols"], (h + g["rows"] - 1) // g["rows"], n * c)
+    mean_kernel(version)(grid, (g["threads"],),
+                         (planes(img1), planes(img2), sums, np.int32(h), np.int32(w), np.int32(valid)))

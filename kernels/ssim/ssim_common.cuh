@@ -1,4 +1,5 @@
-// What the CUDA C++ SSIM versions share: the window, its taps, the shift and the per-pixel formula.
+// What the CUDA C++ SSIM versions share: the window, its taps, the shift and the per-pixel formula, and
+// the row copy, x-pass, y-passes and stores that several versions repeat (each comment names its users).
 #pragma once
 
 namespace ssim {
@@ -58,6 +59,134 @@ __device__ __forceinline__ float ssim_fast(size_t i, const float m[kMoments], fl
   const float s11 = fmaf(-m[0], m[0], m[2]), s22 = fmaf(-m[1], m[1], m[3]), s12 = fmaf(-m[0], m[1], m[4]);
   const float mu1 = m[0] + kShift, mu2 = m[1] + kShift;
   const float a = fmaf(mu1, mu1, fmaf(mu2, mu2, 1e-4f)), b = s11 + s22 + 9e-4f;
+  const float c = fmaf(2.f * mu1, mu2, 1e-4f), d = fmaf(2.f, s12, 9e-4f);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a * b));
+  const float ssim = c * d * r;
+  if (training) {
+    d_mu1[i] = 2.f * mu2 * (d - c) * r - 2.f * mu1 * ssim * (b - a) * r;
+    d_s11[i] = -ssim * a * r;
+    d_s12[i] = 2.f * c * r;
+  }
+  return ssim;
+}
+
+// V7-V9 (two adjacent columns per thread): the x-pass of the five moments at both columns, added to h5,
+// from the 7 8-byte words p1[0..6], p2[0..6] of the unshifted rows of both images, whose pixel t is tap
+// t - 1 - j of column j (pixels 0 and 13 are not used). Each pixel is shifted (common.SHIFT), squared and
+// multiplied once, in registers (V6).
+__device__ __forceinline__ void xpass_pair(const float2* p1, const float2* p2, float h5[2][kMoments]) {
+#pragma unroll
+  for (int pair = 0; pair < 7; ++pair) {
+    const float2 u2 = p1[pair], v2 = p2[pair];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 2 * pair + e;
+      if (t < 1 || t > kWindow + 1) continue;  // resolved at compile time
+      const float u = (e ? u2.y : u2.x) - kShift, v = (e ? v2.y : v2.x) - kShift;
+      const float val[kMoments] = {u, v, u * u, v * v, u * v};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int k = t - 1 - j;
+        if (k < 0 || k >= kWindow) continue;
+#pragma unroll
+        for (int m = 0; m < kMoments; ++m) h5[j][m] = fmaf(kGauss[k], val[m], h5[j][m]);
+      }
+    }
+  }
+}
+
+// V6, V9, V10 (V4's shifting partial sums): the y-pass of one column's five moments for one input row
+// with x-pass values h5. p[m][i] holds moment m of output row (this input row - 5 + i) summed so far:
+// done[m] gets output row (input row - 5)'s completed sum, the others move down one slot with their
+// tap added, and p[m][9] starts the newest row.
+__device__ __forceinline__ void ypass_shift(float p[kMoments][kWindow - 1], const float h5[kMoments],
+                                            float done[kMoments]) {
+#pragma unroll
+  for (int m = 0; m < kMoments; ++m) {
+    done[m] = fmaf(kGauss[kWindow - 1], h5[m], p[m][0]);  // the last input row this output row needs
+#pragma unroll
+    for (int i = 0; i < kWindow - 2; ++i) p[m][i] = fmaf(kGauss[kWindow - 2 - i], h5[m], p[m][i + 1]);
+    p[m][kWindow - 2] = kGauss[0] * h5[m];  // the first input row output row (this + 10) needs
+  }
+}
+
+// V7, V8: the same y-pass on a ring of sums, slot s of sum[m] holding the output row whose index is s
+// modulo 10: input row q (mod 10) completes the row in slot q and starts the next one there, so no sum
+// moves. The caller unrolls its row loop 10 times, which makes q and every slot index a constant.
+__device__ __forceinline__ void ypass_ring(float sum[kMoments][kWindow - 1], int q,
+                                           const float h5[kMoments], float done[kMoments]) {
+#pragma unroll
+  for (int m = 0; m < kMoments; ++m) {
+    done[m] = fmaf(kGauss[kWindow - 1], h5[m], sum[m][q]);
+#pragma unroll
+    for (int i = 1; i < kWindow - 1; ++i) {
+      float& s = sum[m][(q + i) % (kWindow - 1)];
+      s = fmaf(kGauss[kWindow - 1 - i], h5[m], s);
+    }
+    sum[m][q] = kGauss[0] * h5[m];
+  }
+}
+
+// V7 on (V10 keeps its own: both images in one buffer): image row y of both images, elements
+// x0 - kLead .. x0 - kLead + kLen - 1, into row buffer buf of rows1 and rows2 by cp.async; what lies
+// outside the image is zero-filled by cp.async from a clamped (mapped) address. An interior block (whole
+// aligned 16-byte chunks on both sides) copies 16 bytes per lane and image from lanes 0 .. kLen / 4 - 1,
+// an edge block one element per lane and image at a time.
+template <int kLen, int kLead, int kThreads>
+__device__ __forceinline__ void copy_row(float (*rows1)[kLen], float (*rows2)[kLen], int buf,
+                                         const float* a, const float* b, int y, int h, int w, int x0,
+                                         int lane, bool interior) {
+  const bool row_in = y >= 0 && y < h;
+  const size_t row = static_cast<size_t>(row_in ? y : 0) * w;
+  if (interior) {
+    if (lane < kLen / 4) {
+      const size_t offset = row + x0 - kLead + 4 * lane;
+      copy_async<16>(&rows1[buf][4 * lane], a + offset, row_in ? 16 : 0);
+      copy_async<16>(&rows2[buf][4 * lane], b + offset, row_in ? 16 : 0);
+    }
+  } else {
+    for (int c = lane; c < kLen; c += kThreads) {
+      const int x = x0 - kLead + c;
+      const bool in = row_in && x >= 0 && x < w;
+      const size_t offset = row + (in ? x : 0);
+      copy_async<4>(&rows1[buf][c], a + offset, in ? 4 : 0);
+      copy_async<4>(&rows2[buf][c], b + offset, in ? 4 : 0);
+    }
+  }
+}
+
+// V8, V9 (two adjacent columns x, x + 1 at output index i): V7's store of the map, one aligned 8-byte
+// store in an interior block (both columns inside, i even as w % 4 == 0), else per column inside the
+// image; ssim_fast writes the derivative maps. V7 keeps its own copy: there `interior` is a run-time
+// branch, and behind a call ptxas lays out one of its ten unrolled copies differently.
+__device__ __forceinline__ void store_pair(size_t i, int x, int w, const float done[2][kMoments], float* out,
+                                           float* d_mu1, float* d_s11, float* d_s12, bool training,
+                                           bool interior) {
+  if (interior) {
+    float2 s;
+    s.x = ssim_fast(i, done[0], d_mu1, d_s11, d_s12, training);
+    s.y = ssim_fast(i + 1, done[1], d_mu1, d_s11, d_s12, training);
+    *reinterpret_cast<float2*>(out + i) = s;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      if (x + j < w) out[i + j] = ssim_fast(i + j, done[j], d_mu1, d_s11, d_s12, training);
+  }
+}
+}  // namespace ssim
+
+// V11 on: four moments instead of five. sigma1^2 and sigma2^2 enter SSIM (and its derivatives) only
+// through their sum, so the kernels blur u, v, u*u + v*v and u*v of the shifted images (m[0..3]) and
+// s11 + s22 = m[2] - m[0]^2 - m[1]^2. Otherwise ssim_fast: the same formula, outputs and derivatives.
+namespace ssim {
+constexpr int kMoments4 = 4;
+
+__device__ __forceinline__ float ssim_fast4(size_t i, const float m[kMoments4], float* d_mu1, float* d_s11,
+                                            float* d_s12, bool training) {
+  const float s_sum = fmaf(-m[0], m[0], fmaf(-m[1], m[1], m[2])), s12 = fmaf(-m[0], m[1], m[3]);
+  const float mu1 = m[0] + kShift, mu2 = m[1] + kShift;
+  const float a = fmaf(mu1, mu1, fmaf(mu2, mu2, 1e-4f)), b = s_sum + 9e-4f;
   const float c = fmaf(2.f * mu1, mu2, 1e-4f), d = fmaf(2.f, s12, 9e-4f);
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a * b));

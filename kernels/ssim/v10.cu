@@ -140,15 +140,7 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     }
     float done[kColsPerThread][kMoments];
 #pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j)
-#pragma unroll
-      for (int m = 0; m < kMoments; ++m) {
-        float* p = pending[j][m];
-        done[j][m] = fmaf(kGauss[kWindow - 1], h5[j][m], p[0]);  // the last input row output y needs
-#pragma unroll
-        for (int i = 0; i < kPending - 1; ++i) p[i] = fmaf(kGauss[kPending - 1 - i], h5[j][m], p[i + 1]);
-        p[kPending - 1] = kGauss[0] * h5[j][m];  // the first input row output y + 10 needs
-      }
+    for (int j = 0; j < kColsPerThread; ++j) ypass_shift(pending[j], h5[j], done[j]);
     if (r >= 2 * kRadius) {
 #pragma unroll
       for (int j = 0; j < kColsPerThread; ++j)  // interior: all three inside (x + 2 < x0 + kCols <= w)

@@ -101,14 +101,7 @@ ssim_v6(const float* __restrict__ img1, const float* __restrict__ img2, float* _
 #pragma unroll
     for (int j = 0; j < kColsPerThread; ++j) {
       float done[kMoments];
-#pragma unroll
-      for (int m = 0; m < kMoments; ++m) {
-        float* p = pending[j][m];
-        done[m] = fmaf(kGauss[kWindow - 1], h5[j][m], p[0]);  // the last input row output y needs
-#pragma unroll
-        for (int i = 0; i < kPending - 1; ++i) p[i] = fmaf(kGauss[kPending - 1 - i], h5[j][m], p[i + 1]);
-        p[kPending - 1] = kGauss[0] * h5[j][m];  // the first input row output y + 10 needs
-      }
+      ypass_shift(pending[j], h5[j], done);
       const int x = x0 + 2 * lane + j;
       if (r >= 2 * kRadius && x < w)
         store(plane + static_cast<size_t>(y) * w + x, done, out, d_mu1, d_s11, d_s12, training != 0);

@@ -19,7 +19,6 @@ constexpr int kCols = kThreads * kColsPerThread;  // output columns per block
 constexpr int kRows = 72;                          // output rows per strip
 constexpr int kLead = 8;                           // the row buffer starts at x0 - kLead (16-byte aligned)
 constexpr int kRowLen = kCols + 2 * kLead;         // 80 floats: 20 16-byte chunks per image
-constexpr int kChunks = kRowLen / 4;
 constexpr int kPending = kWindow - 1;  // output rows that still wait for input rows
 constexpr int kStages = 4;             // row buffers: kStages - 1 rows in flight while one is used
 constexpr int kUnroll = 2;             // input rows per trip of the row loop
@@ -38,27 +37,9 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
   const float* b = img2 + plane;
   const int steps = min(kRows, h - y0) + 2 * kRadius;  // input rows this strip needs
 
-  // Row r of the strip is image row y0 - 5 + r; rows outside the image are zero-filled from a clamped
-  // (mapped) address. The interior path copies 16 bytes per lane and image from lanes 0..19.
+  // Row r of the strip is image row y0 - 5 + r (the interior path: lanes 0..19 copy 16 bytes each).
   auto load_row = [&](int r, int buf) {
-    const int y = y0 - kRadius + r;
-    const bool row_in = y >= 0 && y < h;
-    const size_t row = static_cast<size_t>(row_in ? y : 0) * w;
-    if constexpr (interior) {
-      if (lane < kChunks) {
-        const size_t offset = row + x0 - kLead + 4 * lane;
-        copy_async<16>(&rows1[buf][4 * lane], a + offset, row_in ? 16 : 0);
-        copy_async<16>(&rows2[buf][4 * lane], b + offset, row_in ? 16 : 0);
-      }
-    } else {
-      for (int c = lane; c < kRowLen; c += kThreads) {
-        const int x = x0 - kLead + c;
-        const bool in = row_in && x >= 0 && x < w;
-        const size_t offset = row + (in ? x : 0);
-        copy_async<4>(&rows1[buf][c], a + offset, in ? 4 : 0);
-        copy_async<4>(&rows2[buf][c], b + offset, in ? 4 : 0);
-      }
-    }
+    copy_row<kRowLen, kLead, kThreads>(rows1, rows2, buf, a, b, y0 - kRadius + r, h, w, x0, lane, interior);
   };
 
   // pending[j][m][i]: moment m of column j for output row (current input row - 5 + i), rows above the
@@ -95,48 +76,14 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     const float2* p1 = reinterpret_cast<const float2*>(rows1[buf]) + lane + 1;
     const float2* p2 = reinterpret_cast<const float2*>(rows2[buf]) + lane + 1;
     float h5[kColsPerThread][kMoments] = {};
-#pragma unroll
-    for (int pair = 0; pair < 7; ++pair) {
-      const float2 u2 = p1[pair], v2 = p2[pair];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int t = 2 * pair + e;
-        if (t < 1 || t > kWindow + 1) continue;
-        const float u = (e ? u2.y : u2.x) - kShift, v = (e ? v2.y : v2.x) - kShift;  // common.SHIFT
-        const float val[kMoments] = {u, v, u * u, v * v, u * v};
-#pragma unroll
-        for (int j = 0; j < kColsPerThread; ++j) {
-          const int k = t - 1 - j;
-          if (k < 0 || k >= kWindow) continue;
-#pragma unroll
-          for (int m = 0; m < kMoments; ++m) h5[j][m] = fmaf(kGauss[k], val[m], h5[j][m]);
-        }
-      }
-    }
+    xpass_pair(p1, p2, h5);
     float done[kColsPerThread][kMoments];
 #pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j)
-#pragma unroll
-      for (int m = 0; m < kMoments; ++m) {
-        float* p = pending[j][m];
-        done[j][m] = fmaf(kGauss[kWindow - 1], h5[j][m], p[0]);  // the last input row output y needs
-#pragma unroll
-        for (int i = 0; i < kPending - 1; ++i) p[i] = fmaf(kGauss[kPending - 1 - i], h5[j][m], p[i + 1]);
-        p[kPending - 1] = kGauss[0] * h5[j][m];  // the first input row output y + 10 needs
-      }
+    for (int j = 0; j < kColsPerThread; ++j) ypass_shift(pending[j], h5[j], done[j]);
     if (r >= 2 * kRadius) {
       const size_t i = out_row + x;
       out_row += w;
-      if constexpr (interior) {  // both columns inside, and i even (w % 4 == 0): one aligned 8-byte store
-        float2 s;
-        s.x = ssim_fast(i, done[0], d_mu1, d_s11, d_s12, training);
-        s.y = ssim_fast(i + 1, done[1], d_mu1, d_s11, d_s12, training);
-        *reinterpret_cast<float2*>(out + i) = s;
-      } else {
-#pragma unroll
-        for (int j = 0; j < kColsPerThread; ++j)
-          if (x + j < w) out[i + j] = ssim_fast(i + j, done[j], d_mu1, d_s11, d_s12, training);
-      }
+      store_pair(i, x, w, done, out, d_mu1, d_s11, d_s12, training, interior);
     }
     __syncwarp();  // buffer r % kStages is refilled (with row r + kStages) in the next step
   }
