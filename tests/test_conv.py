@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernels.harness import check, device
-from kernels.conv import common, cuda_stages, model, s4_shared, s9_autotune, stages
+from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
 
 ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)      # no size a multiple of any tile
 SIM_STAGES = stages.simulator()
@@ -173,6 +173,16 @@ def test_l1_wavefronts_match_a_direct_count():
     assert model.l1_wavefronts("REGISTER TILING", p) is None
 
 
+def test_epilogue_bytes_count_the_output_and_split_k_traffic():
+    p = common.Problem("e", n=2, c=8, k=12, h=5, w=7)
+    y = 4 * p.n * p.h * p.w * p.k
+    assert model.epilogue_bytes("NAIVE", p) == model.epilogue_bytes("HALO TILE", p) == y
+    # SPLIT-K's default 3 slices: the zero fill, then a read and a write of y per slice
+    assert model.epilogue_bytes("SPLIT-K", p) == 7 * y
+    assert model.epilogue_bytes("AUTOTUNE", p, dict(BM=64, BN=64, BKC=8, SPLIT=2)) == 5 * y
+    assert model.epilogue_bytes("AUTOTUNE", p, dict(BM=64, BN=64, BKC=8, SPLIT=1)) == y
+
+
 def test_repeated_compiles_report_resources():
     """NVRTC 13 left the ptxas report out of a second identical compile; compile_info must not."""
     for _ in range(2):
@@ -274,6 +284,33 @@ def test_gpu_misaligned_view_is_rejected():
     xs = flat[1:].reshape(x.shape)            # contiguous, but 4 bytes past a 16-byte boundary
     with pytest.raises(ValueError, match="16-byte aligned"):
         common.run(cuda_stages.S6, xs, cupy.asarray(f))
+
+
+def test_cudnn_baseline_says_in_one_line_why_it_cannot_run():
+    if device.MODE == device.GPU and not cudnn_baseline.unavailable():
+        pytest.skip("cuDNN runs here")
+    why = cudnn_baseline.unavailable()
+    assert why.startswith("cuDNN baseline: ") and "\n" not in why
+    with pytest.raises(RuntimeError, match="cuDNN baseline"):
+        cudnn_baseline.CudnnConv(GPU_PROBLEMS[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+def test_gpu_cudnn_baseline_matches_reference():
+    """Every FP32 plan that runs computes the convolution: the fastest is the one the chapter times."""
+    if cudnn_baseline.unavailable():
+        pytest.skip(cudnn_baseline.unavailable())
+    import cupy
+    p = GPU_PROBLEMS[1]
+    x, f = common.random_inputs(p)
+    xs, fs = (cupy.asarray(a) for a in common.to_layout(x, f, "nhwc"))
+    conv = cudnn_baseline.CudnnConv(p)
+    y = check.poison(cupy.empty(common.shapes(p, "nhwc")[2], dtype=cupy.float32))
+    best = conv.fastest(conv.time_plans(xs, conv.filter_layout(fs), y, repeat=3))
+    check.poison(y)
+    conv.launcher(best.index, xs, conv.filter_layout(fs), y)()
+    check.assert_close(common.output_to_nchw(y, "nhwc"), common.reference(x, f), atol=common.tolerance(p), rtol=1e-5)
 
 
 @pytest.mark.gpu

@@ -153,6 +153,16 @@ def l1_wavefronts(stage: str, p: Problem) -> float | None:
     return loads * (1 + lines) + p.pixels * warps_per_pixel * lines
 
 
+def epilogue_bytes(stage: str, p: Problem, tile: dict | None = None) -> float:
+    """Bytes a stage moves after its main loops, for ``perfmodel.predict``: every stage writes y once;
+    SPLIT-K (and AUTOTUNE with SPLIT > 1) zeroes y first (a separate launch) and each of its slices
+    reads and writes y with atomics: (1 + 2 x SPLIT) x y."""
+    y = 4 * p.pixels * p.k
+    name = cuda_stage(stage)
+    split = (tile or cuda_stages.DEFAULTS.get(name, {})).get("SPLIT", 1) if name == "SPLIT-K" else 1
+    return y * (1 + 2 * split if split > 1 else 1)
+
+
 def hot_loop(instructions: list[sass.Instruction]) -> perfmodel.Loop:
     """The loop whose iteration the latency model simulates: the innermost loop that holds a barrier
     (one tile step: copy, barrier, FMAs), else the innermost loop."""

@@ -91,8 +91,12 @@ def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks
                     schedulers: int = 4, efficiency=None) -> float:
     """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
 
-    Blocks go out in waves of up to ``resident_blocks`` per SM, spread over the SMs (a last, partial
-    wave of r blocks puts ceil(r / sms) on the busiest SM). A wave lasts as long as its busiest
+    Blocks go out in waves of up to ``resident_blocks`` per SM. The first wave is dealt round robin,
+    one block per SM before a second, so a launch of r < sms x resident_blocks blocks puts ceil(r / sms)
+    on the busiest SM. Later blocks go to the SMs that free slots first, and an SM's blocks, started
+    together on the same work, finish together: such an SM takes up to ``resident_blocks`` new ones at
+    once, so a partial last wave of r blocks after a full one puts min(r, resident_blocks) on the busiest
+    SM (ncu saw this on the convolution chapter's SPLIT-K). A wave lasts as long as its busiest
     scheduler needs: each of an SM's ``schedulers`` issues only for its own warps, ceil(blocks on the
     SM x warps_per_block / schedulers) of them, so an SM with fewer warps than schedulers leaves some
     idle (DIGEST 002's min(active warps, 1)). ``efficiency(W)``: the fraction of its time a scheduler
@@ -101,7 +105,9 @@ def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks
     if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
         raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
     full, rest = divmod(blocks, sms * resident_blocks)
-    waves = [resident_blocks] * full + ([math.ceil(rest / sms)] if rest else [])
+    waves = [resident_blocks] * full
+    if rest:
+        waves.append(math.ceil(rest / sms) if full == 0 else min(rest, resident_blocks))
     time = 0.0
     for per_sm in waves:
         warps = math.ceil(per_sm * warps_per_block / schedulers)
@@ -128,9 +134,9 @@ class Prediction:
 def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occupancy: float = 1.0,
             bytes_moved: float | None = None, bandwidth_gbps: float | None = None,
             wavefronts: float | None = None, wavefront_rate: float | None = None,
-            fp32_flops: float | None = None) -> Prediction:
+            fp32_flops: float | None = None, epilogue_bytes: float | None = None) -> Prediction:
     """Predicted rate: peak x E x occupancy ratio, unless a memory side is slower -- DRAM (bytes /
-    bandwidth) or the L1 data pipe (``wavefronts`` / ``wavefront_rate``).
+    bandwidth) or the L1 data pipe (``wavefronts`` / ``wavefront_rate``) -- plus the epilogue.
 
     A warp's global access costs the L1 one wavefront per distinct 128-byte line it touches, so an
     uncoalesced load (32 lines) occupies the pipe 32 times as long as the one issue slot the
@@ -139,7 +145,12 @@ def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occ
 
     ``fp32_flops``: the FLOPs one counted FP32 instruction does (64 for a warp's FFMA), for counts of a
     whole launch. Then FP32 instructions beyond flops / fp32_flops -- a tile's padding, computed and
-    thrown away -- cost issue slots without adding useful FLOPs; without it every one is useful."""
+    thrown away -- cost issue slots without adding useful FLOPs; without it every one is useful.
+
+    ``epilogue_bytes``: what the launch moves after its blocks' main loops (the output stores; a split
+    reduction's zero fill and read-modify-writes), at ``bandwidth_gbps``. The blocks of a wave start
+    together on the same work and reach their epilogue together, so no other block's FMAs hide it: its
+    time is added to the bound's, not overlapped."""
     if flops <= 0 or peak_gflops <= 0 or not 0 < occupancy <= 1:
         raise ValueError(f"need flops > 0, peak > 0 and 0 < occupancy <= 1; got {flops}, {peak_gflops}, {occupancy}")
     e = efficiency(counts, w)
@@ -157,6 +168,10 @@ def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occ
         bounds["L1"] = wavefronts / wavefront_rate * 1e3
     bound = max(bounds, key=bounds.get)
     ms = bounds[bound]
+    if epilogue_bytes is not None:
+        if epilogue_bytes < 0 or not bandwidth_gbps or bandwidth_gbps <= 0:
+            raise ValueError(f"need epilogue_bytes >= 0 and a positive bandwidth_gbps; got {epilogue_bytes}, {bandwidth_gbps}")
+        ms += epilogue_bytes / (bandwidth_gbps * 1e9) * 1e3
     return Prediction(flops / (ms * 1e-3) / 1e9, ms, e, occupancy, bound)
 
 
