@@ -295,7 +295,7 @@ def run(version: str, img1, img2, *, training: bool = False, valid: bool = False
     return (ssim_map, *derivs) if training else ssim_map
 
 
-@lru_cache(maxsize=8)  # the six cases of one verify() call, reused by the next version
+@lru_cache(maxsize=16)  # every case of one version's checks (up to 12 in 02b), reused by the next version
 def _case(shape, kind, seed, training):
     """Images and their reference, kept for the next version: the large references take seconds."""
     a, b = test_images(shape, kind=kind, seed=seed)
