@@ -239,20 +239,10 @@ def test_expand_loop_repeats_inner_loops():
 
 def test_occupancy_with_latency_efficiency():
     eff = {3: 1.0, 1: 0.5}.get
-    # one four-warp block per SM (one warp per scheduler) issuing half the time: half the ideal rate
-    assert pm.occupancy_ratio(132, 132, 4, 3, efficiency=eff) == pytest.approx(0.5)
-    # three blocks per SM at full speed, then one more block, alone on its SM at half speed: 3 + 2 units
-    # of time where 3 + 1/132 would do
-    assert pm.occupancy_ratio(132 * 3 + 1, 132, 4, 3, efficiency=eff) == pytest.approx((3 + 1 / 132) / 5)
-
-
-def test_occupancy_tail_after_a_full_wave_lands_on_the_first_free_sms():
-    # the first wave is dealt round robin: 198 blocks, 3 resident per SM -> 2 on the busiest SM
-    assert pm.occupancy_ratio(198, 132, 4, 3) == pytest.approx(1.5 / 2)
-    # after a full wave of 2 per SM, the 66 left go 2 at a time to the first SMs that free both slots:
-    # the busiest SM runs two full waves, 2 + 2 units where 2.5 would do (not 2 + 1)
-    assert pm.occupancy_ratio(132 * 2 + 66, 132, 4, 2) == pytest.approx(2.5 / 4)
-    # fewer left than a full SM's slots: the busiest SM takes them all
-    assert pm.occupancy_ratio(132 * 3 + 2, 132, 4, 3) == pytest.approx((3 + 2 / 132) / 5)
+    # one full wave of 3 four-warp blocks per SM, then one block per SM at half speed: 3 + 2 = 5 units
+    # of time where 4 would do
+    assert pm.occupancy_ratio(132 * 4, 132, 4, 3, efficiency=eff) == pytest.approx(4 / 5)
+    # a partial last wave is as long as its busiest SM: 2 full, then 66 blocks on 66 SMs
+    assert pm.occupancy_ratio(132 * 2 + 66, 132, 4, 2) == pytest.approx(2.5 / 3)
     with pytest.raises(ValueError, match="efficiency"):
         pm.occupancy_ratio(132, 132, 4, 1, efficiency=lambda w: 0.0)

@@ -91,12 +91,8 @@ def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks
                     schedulers: int = 4, efficiency=None) -> float:
     """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
 
-    Blocks go out in waves of up to ``resident_blocks`` per SM. The first wave is dealt round robin,
-    one block per SM before a second, so a launch of r < sms x resident_blocks blocks puts ceil(r / sms)
-    on the busiest SM. Later blocks go to the SMs that free slots first, and an SM's blocks, started
-    together on the same work, finish together: such an SM takes up to ``resident_blocks`` new ones at
-    once, so a partial last wave of r blocks after a full one puts min(r, resident_blocks) on the busiest
-    SM (ncu saw this on the convolution chapter's SPLIT-K). A wave lasts as long as its busiest
+    Blocks go out in waves of up to ``resident_blocks`` per SM, spread over the SMs (a last, partial
+    wave of r blocks puts ceil(r / sms) on the busiest SM). A wave lasts as long as its busiest
     scheduler needs: each of an SM's ``schedulers`` issues only for its own warps, ceil(blocks on the
     SM x warps_per_block / schedulers) of them, so an SM with fewer warps than schedulers leaves some
     idle (DIGEST 002's min(active warps, 1)). ``efficiency(W)``: the fraction of its time a scheduler
@@ -105,9 +101,7 @@ def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks
     if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
         raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
     full, rest = divmod(blocks, sms * resident_blocks)
-    waves = [resident_blocks] * full
-    if rest:
-        waves.append(math.ceil(rest / sms) if full == 0 else min(rest, resident_blocks))
+    waves = [resident_blocks] * full + ([math.ceil(rest / sms)] if rest else [])
     time = 0.0
     for per_sm in waves:
         warps = math.ceil(per_sm * warps_per_block / schedulers)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -249,13 +252,31 @@ PEER_CHECK_SHAPE = (1, 3, 517, 389)
 
 def peer_rows(shape, version: str) -> tuple[list[dict], list[dict]]:
     """On a GPU: every installed peer timed at ``shape`` (rows for results.record) and checked with
-    ``version`` against the float64 reference at PEER_CHECK_SHAPE (agreement rows)."""
+    ``version`` against the float64 reference at PEER_CHECK_SHAPE (agreement rows).
+
+    They run in a fresh process that imports PyTorch before any of our kernels: on the H100 image,
+    PyTorch 2.11 failed to import (a schema parse error in its custom-op registration) into a process
+    where V3, V4 and V11 had run, though it imported after the worklog's versions alone and into a fresh
+    process. Lines the peers print are passed on."""
+    run = subprocess.run([sys.executable, "-m", "kernels.ssim.bench", "--peers", version, *map(str, shape)],
+                         capture_output=True, text=True, cwd=results.ROOT)
+    lines = run.stdout.splitlines()
+    if run.returncode or not lines:
+        raise RuntimeError(f"the peer process failed (exit {run.returncode}): {(run.stderr or run.stdout)[-1500:]}")
+    for line in lines[:-1]:
+        print(line)
+    out = json.loads(lines[-1])
+    return out["timed"], out["agreement"]
+
+
+def _peer_rows_here(shape, version: str) -> dict:
+    """``peer_rows`` in this process (the child's side)."""
     timed_rows, agreement = [], []
     for name, fn in peers():
         ms = time_peer(fn, shape)
         timed_rows.append({"kernel": name, "problem": problem_name(shape), "metric": "ms", "value": ms, "unit": "ms"})
         agreement.append({**peer_agreement(name, fn, PEER_CHECK_SHAPE, version), "ms": ms})
-    return timed_rows, agreement
+    return {"timed": timed_rows, "agreement": agreement}
 
 
 def main(versions=None) -> None:
@@ -281,5 +302,7 @@ def main(versions=None) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--peers"]:   # peer_rows' child: python -m kernels.ssim.bench --peers VERSION N C H W
+        print(json.dumps(_peer_rows_here(tuple(map(int, sys.argv[3:])), sys.argv[2])))
+    else:
+        main(sys.argv[1:])
