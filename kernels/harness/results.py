@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("BOOK_RESULTS", ROOT / "data" / "results"))
 ENV_COLUMNS = ("date", "commit", "gpu", "driver", "cuda_runtime", "sm_clock_mhz", "mem_clock_mhz")
 # The GPU whose runs the committed notebooks show; in the simulator, timing cells show its rows.
-REFERENCE_GPU = "nvidia-h200"
+REFERENCE_GPU = "nvidia-h100-80gb-hbm3"
 COLUMNS = ENV_COLUMNS + ("chapter", "kernel", "problem", "metric", "value", "unit")
 
 
