@@ -3,10 +3,12 @@
 Numba stages run in the CUDA simulator on tiny odd problems; CUDA C++ stages are compiled here
 (registers, spills) and run only with -m gpu.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
-from kernels.harness import check, device
+from kernels.harness import check, cuda_cpp, device
 from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
 
 ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)      # no size a multiple of any tile
@@ -221,6 +223,48 @@ def test_latency_term_sees_the_double_buffer():
     assert any(i.base == "BAR" and hot.start <= i.address <= hot.end for i in instructions)
 
 
+def test_tap_reuse_counts_shared_pixels_exactly():
+    """One 3 x 3 image in one block: (3 + 2 + 2)^2 = 49 in-image (pixel, tap) loads of 9 distinct pixels. One pixel per
+    block: every load is a first. Slices reuse only among their own taps."""
+    p = common.Problem("t", n=1, c=4, k=4, h=3, w=3)
+    assert model.tap_reuse(p, bm=9) == pytest.approx(1 - 9 / 49)
+    assert model.tap_reuse(p, bm=1) == 0.0
+    assert model.tap_reuse(p, bm=9, split=9) == 0.0
+    assert 0 < model.tap_reuse(p, bm=9, split=3) < model.tap_reuse(p, bm=9)
+
+
+def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
+    """conv1's sweep over C = 64 channels fits in L1 beside the tiles (about 44% of sectors hit: input
+    sectors, BM of BM + BN, at the tap reuse rate); conv2's 512 channels do not; cp.async.cg skips L1."""
+    props = {"sms": 132, "max_threads_per_sm": 2048, "regs_per_sm": 65536, "smem_per_sm_bytes": 233472}
+    res = cuda_cpp.Resources("k", "sm_90", registers=128, spill_stores=0, spill_loads=0, stack_bytes=0,
+                             smem_bytes=12 * 1024)
+    tile = cuda_stages.DEFAULTS["DOUBLE BUFFER"]
+    conv1, conv2 = common.PROBLEMS["conv1"], common.PROBLEMS["conv2"]
+    h = model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, props)
+    assert h == pytest.approx(model.tap_reuse(conv1, 128) * 128 / 192)
+    assert 0.4 < h < 0.5
+    assert model.l1_hit_rate("DOUBLE BUFFER", conv2, res, tile, props) == 0.0
+    assert model.l1_hit_rate("HALO TILE", conv1, res, cuda_stages.DEFAULTS["HALO TILE"], props) == 0.0
+    assert model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, props, l1_smem_bytes=64 * 1024) == 0.0
+
+
+def test_latency_term_charges_l1_misses_the_far_l2_latency():
+    """REGISTER TILING's loads wait in line (load, store, next load): more L1 hits, fewer cycles per step;
+    a measured far-L2 latency replaces the near one for the misses."""
+    from kernels.harness import perfmodel
+    p = common.PROBLEMS["conv2"]
+    w = perfmodel.Weights(1.0, 4.0, 1.0)
+    lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32, l2_far=530)
+    tile = cuda_stages.DEFAULTS["REGISTER TILING"]
+    eta = {h: model.latency_efficiency("REGISTER TILING", p, w, lat, tile, l1_hit=h)(1) for h in (0.0, 0.5, 1.0)}
+    assert eta[0.0] < eta[0.5] < eta[1.0]
+    near = model.latency_efficiency("REGISTER TILING", p, w, dataclasses.replace(lat, l2_far=0.0), tile)(1)
+    assert eta[0.0] < near < eta[1.0]
+    with pytest.raises(ValueError, match="l1_hit"):
+        model.latency_efficiency("REGISTER TILING", p, w, lat, tile, l1_hit=1.5)
+
+
 # --- on a real GPU ------------------------------------------------------------------------------
 
 GPU_PROBLEMS = [common.PROBLEMS["odd4"], common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),
@@ -317,4 +361,4 @@ def test_gpu_cudnn_baseline_matches_reference():
 def test_measured_latencies_are_ordered():
     """FFMA < shared load < L1 hit < L2 hit, each a few to a few hundred cycles; barriers cost something."""
     lat = model.measure_latencies()
-    assert 2 <= lat.alu < lat.shared < lat.l1 < lat.global_ < 2000 and lat.barrier > 0
+    assert 2 <= lat.alu < lat.shared < lat.l1 < lat.global_ < lat.l2_far < 2000 and lat.barrier > 0

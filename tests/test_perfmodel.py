@@ -156,6 +156,15 @@ def test_read_ncu_csv():
     assert counts == {"conv_double_buffer": pm.Counts(fp32=600_000, ldst=100_000, other=300_000)}
 
 
+def test_read_ncu_metric_reads_one_metric_per_kernel():
+    hit = NCU + ('"0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0",'
+                 '"Command line profiler metrics","l1tex__t_sector_hit_rate.pct","%","61.5"\n')
+    assert pm.read_ncu_metric(hit, "l1tex__t_sector_hit_rate.pct") == {"conv_double_buffer": 61.5}
+    assert pm.read_ncu_metric(hit, "smsp__inst_executed.sum") == {"conv_double_buffer": 1e6}
+    assert pm.read_ncu_metric(NCU, "l1tex__t_sector_hit_rate.pct") == {}
+    assert pm.read_ncu_csv(hit) == pm.read_ncu_csv(NCU)   # an extra metric leaves the counts alone
+
+
 def test_read_ncu_csv_rejects_missing_metrics_and_headers():
     with pytest.raises(ValueError, match="no ncu CSV header"):
         pm.read_ncu_csv("nothing here")

@@ -9,12 +9,15 @@ the simulator). ``harness.sass`` turns a cubin into text (nvdisasm or cuobjdump)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from ..harness import cuda_cpp, device, perfmodel, sass
 from . import cuda_stages
@@ -173,14 +176,81 @@ def hot_loop(instructions: list[sass.Instruction]) -> perfmodel.Loop:
     return max(synced or loops, key=lambda lp: lp.depth)
 
 
+L1_SMEM_BYTES = 256 * 1024   # an H100/H200 SM's L1 data cache and shared memory together (one array)
+
+
+def tile_shape(stage: str, tile: dict | None = None) -> tuple[int, int]:
+    """(pixels, output channels) of the block tile of a CUDA C++ stage."""
+    t = tile or cuda_stages.DEFAULTS[cuda_stage(stage)]
+    if "BY" in t:
+        return t["BY"] * t["TM"], t["BN"]
+    if "TH" in t:
+        return t["TH"] * t["TW"], t["BN"]
+    return t["BM"], t["BN"]
+
+
+@functools.lru_cache(maxsize=32)
+def tap_reuse(p: Problem, bm: int, split: int = 1) -> float:
+    """The fraction of a tiled stage's input loads (one per pixel, tap and channel chunk) that read a
+    pixel its block already loaded at an earlier tap: blocks own runs of ``bm`` consecutive NHWC pixels;
+    zero-padding taps load nothing. With ``split`` slices each block reuses only among its own slice's
+    taps (tap t in slice t x split // 9: exact when split divides 9)."""
+    m = np.arange(p.pixels)
+    img, rest = np.divmod(m, p.h * p.w)
+    row, col = np.divmod(rest, p.w)
+    keys = []
+    for tap in range(9):
+        r, c = row + tap // 3 - 1, col + tap % 3 - 1
+        inside = (r >= 0) & (r < p.h) & (c >= 0) & (c < p.w)
+        owner = (m // bm) * split + tap * split // 9
+        keys.append(owner[inside] * p.pixels + ((img * p.h + r) * p.w + c)[inside])
+    keys = np.concatenate(keys)
+    return 1.0 - len(np.unique(keys)) / len(keys)
+
+
+def resident_blocks(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
+                    props: dict | None = None) -> int:
+    """Blocks of the stage's launch that fit on one SM at once (at least 1)."""
+    props = props or device.properties()
+    threads = launch_shape(stage, p, tile)[1]
+    return max(1, perfmodel.blocks_per_sm(threads, max(resources.registers, 1), resources.smem_bytes,
+                                          max_threads=props["max_threads_per_sm"], regs_per_sm=props["regs_per_sm"],
+                                          smem_per_sm=props["smem_per_sm_bytes"]))
+
+
+def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
+                props: dict | None = None, l1_smem_bytes: int = L1_SMEM_BYTES) -> float:
+    """Predicted fraction of a tiled stage's global load sectors that hit L1 (to check against ncu's
+    l1tex__t_sector_hit_rate).
+
+    The tile loops run the taps outside the channel chunks: per tap a block loads its BM pixels, shifted
+    by the tap, over all C channels, and BN filter columns over all C. A pixel loaded at one tap comes
+    back at the next taps that reach it; it is still in L1 if what the SM's resident blocks load in
+    between -- one tap's sweep, resident x C x (BM + BN) x 4 bytes -- fits in the L1 that their shared
+    memory leaves. Then input sectors hit at the ``tap_reuse`` rate and filter sectors (BN : BM of the
+    input's) are taken as misses; otherwise nothing hits. HALO TILE's cp.async.cg copies skip L1: 0."""
+    name = cuda_stage(stage)
+    if name not in cuda_stages.FILES or name == "HALO TILE":
+        return 0.0
+    t = tile or cuda_stages.DEFAULTS[name]
+    bm, bn = tile_shape(stage, t)
+    resident = resident_blocks(stage, p, resources, t, props)
+    sweep = resident * p.c * (bm + bn) * 4
+    if sweep > l1_smem_bytes - resident * (resources.smem_bytes + 1024):
+        return 0.0
+    return tap_reuse(p, bm, t.get("SPLIT", 1)) * bm / (bm + bn)
+
+
 def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies,
-                       tile: dict | None = None, sass: str | None = None):
+                       tile: dict | None = None, sass: str | None = None, l1_hit: float = 0.0):
     """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps
     of this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp
     (the model's E weights) against the cycles ``perfmodel.scheduler_cycles`` simulates. A tiled
-    stage's global loads fetch a new tile (L2 latency); a loop without a barrier re-reads input and
-    filter lines that its own and neighbouring warps touched (L1 latency). None when the loops are
-    not understood (no trip counts)."""
+    stage's global load hits L1 with probability ``l1_hit`` (``l1_hit_rate``) and otherwise waits the
+    far-L2 latency (``lat.l2_far``; ``lat.global_`` if not measured): the stages' inputs are far larger
+    than the near L2 probe's working set. A loop without a barrier re-reads input and filter lines that
+    its own and neighbouring warps touched (L1 latency). None when the loops are not understood (no
+    trip counts)."""
     sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
     instructions = perfmodel.parse_sass(sass)
     loops = perfmodel.find_loops(instructions)
@@ -188,8 +258,12 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
     if t is None:
         return None
     body = perfmodel.expand_loop(instructions, hot_loop(instructions), {lp.start: n for lp, n in zip(loops, t)})
+    if not 0 <= l1_hit <= 1:
+        raise ValueError(f"l1_hit must be in [0, 1], got {l1_hit}")
     if not any(i.base == "BAR" for i in body):
         lat = dataclasses.replace(lat, global_=lat.l1)   # no tiles: loads re-read lines L1 holds
+    else:
+        lat = dataclasses.replace(lat, global_=l1_hit * lat.l1 + (1 - l1_hit) * (lat.l2_far or lat.global_))
     per_class = {"fp32": 0, "ldst": 0, "other": 0}
     for ins in body:
         per_class[perfmodel.classify(ins.opcode, ins.predicate)] += 1
@@ -212,17 +286,14 @@ def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict 
               props: dict | None = None, efficiency=None) -> float:
     props = props or device.properties()
     blocks, threads = launch_shape(stage, p, tile)
-    resident = perfmodel.blocks_per_sm(threads, max(resources.registers, 1), resources.smem_bytes,
-                                       max_threads=props["max_threads_per_sm"], regs_per_sm=props["regs_per_sm"],
-                                       smem_per_sm=props["smem_per_sm_bytes"])
-    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), max(resident, 1),
-                                     efficiency=efficiency)
+    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32),
+                                     resident_blocks(stage, p, resources, tile, props), efficiency=efficiency)
 
 
 def measure_latencies() -> perfmodel.Latencies:
     """The scoreboard's latencies on this GPU, in cycles: FFMA chain, shared-load chain and barrier
-    (conv/rates.cu's latency_probe, one 4-warp block), and global loads hitting L2 (L1 skipped) and
-    L1 (the probes chapter's pointer chases)."""
+    (conv/rates.cu's latency_probe, one 4-warp block), and global loads hitting L1, the L2 in a 4 MiB
+    working set and the L2 in one of 3/4 of its size (L1 skipped; the probes chapter's pointer chases)."""
     import cupy
     import numpy as np
     from ..probes import memory
@@ -235,7 +306,7 @@ def measure_latencies() -> perfmodel.Latencies:
     alu, shared, barrier = (float(c) / (iters * 16) for c in cycles.get())
     hits = {r["metric"]: float(r["value"]) for r in memory.run_hit_latencies()}
     return perfmodel.Latencies(alu=alu, shared=shared, global_=hits["L2 hit latency"], barrier=barrier,
-                               l1=hits["L1 hit latency"])
+                               l1=hits["L1 hit latency"], l2_far=hits["L2 far latency"])
 
 
 def measure_rates(repeat: int = 20) -> dict:

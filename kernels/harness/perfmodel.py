@@ -212,6 +212,16 @@ def read_ncu_csv(text: str) -> dict[str, Counts]:
     return out
 
 
+def read_ncu_metric(text: str, metric: str) -> dict[str, float]:
+    """One metric per kernel name from ``ncu --csv`` output (a rate or percentage: the last launch's)."""
+    header, rows = ncu_csv_table(text)
+    out = {}
+    for row in (dict(zip(header, values)) for values in rows):
+        if row.get("Metric Name") == metric:
+            out[re.sub(r"\(.*", "", row["Kernel Name"]).strip()] = float(row["Metric Value"].replace(",", ""))
+    return out
+
+
 # --- counts from the SASS -------------------------------------------------------------------
 # Parsing and loop finding are harness.sass's; this part only classifies and multiplies by trips.
 
@@ -305,13 +315,15 @@ def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Cou
 class Latencies:
     """Cycles from issue until a result can be used, measured on the GPU: fixed-latency ALU/FMA,
     shared-memory load (also used for other variable-latency MIO results: LDC, S2R, MUFU), global
-    load (``global_``: an L2 hit; ``l1``: an L1 hit, for callers that know their loads hit there;
+    load (``global_``: an L2 hit in a small working set; ``l1``: an L1 hit; ``l2_far``: an L2 hit in a
+    working set larger than the near half of the L2 -- callers that know where their loads hit pick one;
     0 if not measured), and the time a warp spends in a barrier when its block's warps arrive together."""
     alu: float
     shared: float
     global_: float
     barrier: float
     l1: float = 0.0
+    l2_far: float = 0.0
 
 
 SHARED_LATENCY_OPS = {"LDS", "LDSM", "LDC", "S2R", "S2UR", "MUFU", "I2F", "F2I", "SHFL", "POPC", "FLO", "BREV"}
