@@ -2,7 +2,7 @@
 
     python scripts/conv_counts.py                 # SASS counts x trips -> data/results/<gpu>/conv_counts.csv
     python scripts/conv_counts.py --ncu conv1 conv2   # every stage once under ncu (the model's three
-                                                  # metrics and the L1 hit rate)
+                                                  # metrics, L1 hit rate, busiest SM's blocks)
                                                   # -> data/results/<gpu>/conv_ncu_<problem>.csv
     python scripts/conv_counts.py --ncu conv1 --stages "HALO TILE"   # only these stages; their rows
                                                   # replace theirs in the CSV, the others' are kept
@@ -28,7 +28,8 @@ from kernels.conv import common, stages  # noqa: E402
 from kernels.conv import model  # noqa: E402
 from kernels.harness import perfmodel  # noqa: E402
 
-L1_HIT = "l1tex__t_sector_hit_rate.pct"   # checks model.l1_hit_rate
+EXTRA_METRICS = ("l1tex__t_sector_hit_rate.pct",   # checks model.l1_hit_rate
+                 "sm__ctas_launched.max")          # blocks on the busiest SM: how the last wave was placed
 COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")
 
 
@@ -71,7 +72,7 @@ def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     """Every stage (or those named) once on ``problem`` under Nsight Compute with the model's metrics;
     the CSV's path. With ``names``, rows of other kernels already in the CSV are kept."""
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join((*perfmodel.NCU_METRICS, L1_HIT)),
+    cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join((*perfmodel.NCU_METRICS, *EXTRA_METRICS)),
            sys.executable, __file__, "--launch", problem, *(["--stages", *names] if names else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0 or '"Metric Name"' not in out.stdout:

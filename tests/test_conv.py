@@ -249,6 +249,18 @@ def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
     assert model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, props, l1_smem_bytes=64 * 1024) == 0.0
 
 
+def test_occupancy_charges_the_tail_where_ncu_saw_it():
+    """SPLIT-K on conv2: 600 blocks, 3 resident per SM (151 registers). A busiest SM with 5 blocks is
+    the spread tail the model assumes; with 6 it ran two full waves."""
+    props = {"sms": 132, "max_threads_per_sm": 2048, "regs_per_sm": 65536, "smem_per_sm_bytes": 233472}
+    res = cuda_cpp.Resources("k", "sm_90", registers=151, spill_stores=0, spill_loads=0, stack_bytes=0,
+                             smem_bytes=12544)
+    p = common.PROBLEMS["conv2"]
+    spread = model.occupancy("SPLIT-K", p, res, props=props)
+    assert model.occupancy("SPLIT-K", p, res, props=props, busiest_sm_blocks=5) == spread
+    assert model.occupancy("SPLIT-K", p, res, props=props, busiest_sm_blocks=6) == pytest.approx(spread * 5 / 6)
+
+
 def test_latency_term_charges_l1_misses_the_far_l2_latency():
     """REGISTER TILING's loads wait in line (load, store, next load): more L1 hits, fewer cycles per step;
     a measured far-L2 latency replaces the near one for the misses."""

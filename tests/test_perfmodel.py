@@ -34,6 +34,19 @@ def test_occupancy_full_machine_and_tail():
     assert pm.occupancy_ratio(blocks=198, sms=132, warps_per_block=8, resident_blocks=1) == pytest.approx(198 / 264)
 
 
+def test_occupancy_with_a_measured_tail_placement():
+    """SPLIT-K on conv2: 600 blocks, 3 per SM. Spread, the 204 after the first wave are 2 per SM;
+    placed 3 per SM on the first SMs to free their slots, the busiest SM runs two full waves."""
+    spread = pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3)
+    assert spread == pytest.approx(600 / 132 / 5)
+    assert pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=2) == spread
+    assert pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3,
+                              tail_per_sm=3) == pytest.approx(600 / 132 / 6)
+    for impossible in (1, 4):   # fewer than the spread, more than fit
+        with pytest.raises(ValueError, match="tail_per_sm"):
+            pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=impossible)
+
+
 def test_occupancy_too_few_blocks_and_warps():
     # 66 blocks on 132 SMs: half the SMs idle (DIGEST 002's conv2 case)
     assert pm.occupancy_ratio(blocks=66, sms=132, warps_per_block=8, resident_blocks=4) == pytest.approx(0.5)

@@ -283,11 +283,18 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
 
 
 def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-              props: dict | None = None, efficiency=None) -> float:
+              props: dict | None = None, efficiency=None, busiest_sm_blocks: int | None = None) -> float:
+    """``perfmodel.occupancy_ratio`` of the stage's launch; ``busiest_sm_blocks``: the most blocks one
+    SM ran over the launch, where a profiler counted it (ncu's sm__ctas_launched.max), to charge the
+    last partial wave as it was placed rather than spread."""
     props = props or device.properties()
     blocks, threads = launch_shape(stage, p, tile)
-    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32),
-                                     resident_blocks(stage, p, resources, tile, props), efficiency=efficiency)
+    resident = resident_blocks(stage, p, resources, tile, props)
+    tail = None
+    if busiest_sm_blocks is not None and blocks % (props["sms"] * resident):
+        tail = busiest_sm_blocks - blocks // (props["sms"] * resident) * resident
+    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), resident,
+                                     efficiency=efficiency, tail_per_sm=tail)
 
 
 def measure_latencies() -> perfmodel.Latencies:

@@ -88,7 +88,7 @@ def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads:
 
 
 def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks: int,
-                    schedulers: int = 4, efficiency=None) -> float:
+                    schedulers: int = 4, efficiency=None, tail_per_sm: int | None = None) -> float:
     """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
 
     Blocks go out in waves of up to ``resident_blocks`` per SM, spread over the SMs (a last, partial
@@ -96,12 +96,19 @@ def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks
     scheduler needs: each of an SM's ``schedulers`` issues only for its own warps, ceil(blocks on the
     SM x warps_per_block / schedulers) of them, so an SM with fewer warps than schedulers leaves some
     idle (DIGEST 002's min(active warps, 1)). ``efficiency(W)``: the fraction of its time a scheduler
-    with W warps can issue (``issue_efficiency``; latency), 1 if not given. The ratio is the ideal time
-    (every scheduler of every SM busy) over the sum of the waves' times."""
+    with W warps can issue (``issue_efficiency``; latency), 1 if not given. ``tail_per_sm``: the blocks
+    the busiest SM runs in the last, partial wave where that is known (a profiler's count), instead of
+    the spread. The ratio is the ideal time (every scheduler of every SM busy) over the sum of the
+    waves' times."""
     if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
         raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
     full, rest = divmod(blocks, sms * resident_blocks)
-    waves = [resident_blocks] * full + ([math.ceil(rest / sms)] if rest else [])
+    tail = math.ceil(rest / sms)
+    if tail_per_sm is not None and rest:
+        if not tail <= tail_per_sm <= min(resident_blocks, rest):
+            raise ValueError(f"tail_per_sm must be in [{tail}, {min(resident_blocks, rest)}], got {tail_per_sm}")
+        tail = tail_per_sm
+    waves = [resident_blocks] * full + ([tail] if rest else [])
     time = 0.0
     for per_sm in waves:
         warps = math.ceil(per_sm * warps_per_block / schedulers)
