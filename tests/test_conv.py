@@ -200,8 +200,8 @@ def test_sass_counts_cover_every_flop(name, problem):
     c = model.sass_counts(name, p, tile)
     assert c is not None
     blocks, threads = model.launch_shape(name, p, tile)
-    bm = tile["BY"] * tile["TM"] if "BY" in tile else tile["TH"] * tile["TW"] if "TH" in tile else tile["BM"]
-    padded_macs = blocks // tile.get("SPLIT", 1) * bm * tile["BN"] * 9 * p.c   # slices share the work
+    bm, bn = cuda_stages.tile_shape(name, tile)
+    padded_macs = blocks // tile.get("SPLIT", 1) * bm * bn * 9 * p.c   # slices share the work
     assert c.fp32 * 32 == padded_macs
     assert 0 < c.ldst < c.fp32 and c.other > 0
 

@@ -47,20 +47,23 @@ def dynamic_smem_bytes(name: str, tile: dict) -> int:
     return 2 * 4 * (a + 9 * tile["BKC"] * tile["BN"])
 
 
+def tile_shape(name: str, tile: dict) -> tuple[int, int]:
+    """(pixels, output channels) one block computes."""
+    if name == "HALO TILE":
+        return tile["TH"] * tile["TW"], tile["BN"]
+    if name == "VECTORIZE & UNROLL":
+        return tile["BY"] * tile["TM"], tile["BN"]
+    return tile["BM"], tile["BN"]
+
+
 def geometry(name: str, tile: dict, p: Problem) -> tuple[tuple, tuple]:
     """(grid, block) for problem ``p``: blocks tile pixels in x and output channels in y."""
-    k = p.k
+    bm, bn = tile_shape(name, tile)
     if name == "HALO TILE":
         tiles = p.n * -(-p.h // tile["TH"]) * -(-p.w // tile["TW"])
-        return (tiles, -(-k // tile["BN"]), 1), (tile["BN"] // 8 * tile["TH"] * tile["TW"] // 8, 1, 1)
-    pixels = p.pixels
-    if name == "VECTORIZE & UNROLL":
-        bm, bn = tile["BY"] * tile["TM"], tile["BN"]
-        block = (tile["BN"], tile["BY"], 1)
-    else:  # 8 x 8 outputs per thread
-        bm, bn = tile["BM"], tile["BN"]
-        block = (bn // 8, bm // 8, 1)
-    return ((pixels + bm - 1) // bm, (k + bn - 1) // bn, tile.get("SPLIT", 1)), block
+        return (tiles, -(-p.k // bn), 1), (bn // 8 * bm // 8, 1, 1)
+    block = (bn, tile["BY"], 1) if name == "VECTORIZE & UNROLL" else (bn // 8, bm // 8, 1)   # else 8 x 8 per thread
+    return ((p.pixels + bm - 1) // bm, (p.k + bn - 1) // bn, tile.get("SPLIT", 1)), block
 
 
 def check_tile(name: str, tile: dict) -> None:

@@ -179,16 +179,6 @@ def hot_loop(instructions: list[sass.Instruction]) -> perfmodel.Loop:
 L1_SMEM_BYTES = 256 * 1024   # an H100/H200 SM's L1 data cache and shared memory together (one array)
 
 
-def tile_shape(stage: str, tile: dict | None = None) -> tuple[int, int]:
-    """(pixels, output channels) of the block tile of a CUDA C++ stage."""
-    t = tile or cuda_stages.DEFAULTS[cuda_stage(stage)]
-    if "BY" in t:
-        return t["BY"] * t["TM"], t["BN"]
-    if "TH" in t:
-        return t["TH"] * t["TW"], t["BN"]
-    return t["BM"], t["BN"]
-
-
 @functools.lru_cache(maxsize=32)
 def tap_reuse(p: Problem, bm: int, split: int = 1) -> float:
     """The fraction of a tiled stage's input loads (one per pixel, tap and channel chunk) that read a
@@ -233,7 +223,7 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
     if name not in cuda_stages.FILES or name == "HALO TILE":
         return 0.0
     t = tile or cuda_stages.DEFAULTS[name]
-    bm, bn = tile_shape(stage, t)
+    bm, bn = cuda_stages.tile_shape(name, t)
     resident = resident_blocks(stage, p, resources, t, props)
     sweep = resident * p.c * (bm + bn) * 4
     if sweep > l1_smem_bytes - resident * (resources.smem_bytes + 1024):
