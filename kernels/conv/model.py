@@ -226,7 +226,7 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
     bm, bn = cuda_stages.tile_shape(name, t)
     resident = resident_blocks(stage, p, resources, t, props)
     sweep = resident * p.c * (bm + bn) * 4
-    if sweep > l1_smem_bytes - resident * (resources.smem_bytes + 1024):
+    if sweep > l1_smem_bytes - resident * (resources.smem_bytes + perfmodel.SMEM_RESERVED):
         return 0.0
     return tap_reuse(p, bm, t.get("SPLIT", 1)) * bm / (bm + bn)
 

@@ -73,9 +73,12 @@ def efficiency(counts: Counts, w: Weights) -> float:
     return counts.fp32 * w.compute / denominator
 
 
+SMEM_RESERVED = 1024   # shared memory the driver reserves for each resident block (sm_80, sm_90)
+
+
 def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads: int = 2048,
                   regs_per_sm: int = 65536, smem_per_sm: int = 233472, max_blocks: int = 32,
-                  reg_granule: int = 256, smem_reserved: int = 1024) -> int:
+                  reg_granule: int = 256, smem_reserved: int = SMEM_RESERVED) -> int:
     """Resident blocks per SM allowed by threads, registers (allocated per warp in granules) and
     shared memory (each block also reserves ``smem_reserved`` bytes; H100 defaults)."""
     if threads < 1 or registers < 1 or smem_bytes < 0:
@@ -198,16 +201,20 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[list[str]]]:
     return table[0], table[1:]
 
 
+def ncu_values(text: str):
+    """(kernel name without its parameter list, metric, value) for every row of ``ncu --csv`` output."""
+    header, rows = ncu_csv_table(text)
+    for row in (dict(zip(header, values)) for values in rows):
+        yield (re.sub(r"\(.*", "", row["Kernel Name"]).strip(), row.get("Metric Name"),
+               float(row["Metric Value"].replace(",", "")))
+
+
 def read_ncu_csv(text: str) -> dict[str, Counts]:
     """Counts per kernel name from ``ncu --csv --metrics <NCU_METRICS>`` output (summed over launches)."""
-    header, rows = ncu_csv_table(text)
     totals: dict[str, dict[str, float]] = {}
-    for row in (dict(zip(header, values)) for values in rows):
-        metric = row.get("Metric Name")
+    for kernel, metric, value in ncu_values(text):
         if metric not in NCU_METRICS:
             continue
-        value = float(row["Metric Value"].replace(",", ""))
-        kernel = re.sub(r"\(.*", "", row["Kernel Name"]).strip()
         totals.setdefault(kernel, {}).setdefault(metric, 0.0)
         totals[kernel][metric] += value
     out = {}
@@ -221,12 +228,7 @@ def read_ncu_csv(text: str) -> dict[str, Counts]:
 
 def read_ncu_metric(text: str, metric: str) -> dict[str, float]:
     """One metric per kernel name from ``ncu --csv`` output (a rate or percentage: the last launch's)."""
-    header, rows = ncu_csv_table(text)
-    out = {}
-    for row in (dict(zip(header, values)) for values in rows):
-        if row.get("Metric Name") == metric:
-            out[re.sub(r"\(.*", "", row["Kernel Name"]).strip()] = float(row["Metric Value"].replace(",", ""))
-    return out
+    return {kernel: value for kernel, name, value in ncu_values(text) if name == metric}
 
 
 # --- counts from the SASS -------------------------------------------------------------------
