@@ -259,6 +259,8 @@ def test_occupancy_charges_the_tail_where_ncu_saw_it():
     spread = model.occupancy("SPLIT-K", p, res, props=props)
     assert model.occupancy("SPLIT-K", p, res, props=props, busiest_sm_blocks=5) == spread
     assert model.occupancy("SPLIT-K", p, res, props=props, busiest_sm_blocks=6) == pytest.approx(spread * 5 / 6)
+    # more than two full waves' worth: blocks freed early in the first wave; charged as one full wave more
+    assert model.occupancy("SPLIT-K", p, res, props=props, busiest_sm_blocks=8) == pytest.approx(spread * 5 / 6)
 
 
 def test_latency_term_charges_l1_misses_the_far_l2_latency():

@@ -47,6 +47,18 @@ def test_occupancy_with_a_measured_tail_placement():
             pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=impossible)
 
 
+def test_a_tail_after_latency_bound_waves_clusters():
+    """SPLIT-K on conv2 again. Issue-bound full waves finish block by block and the tail spreads (2 per
+    SM); latency-bound ones finish together and the first SMs to free take 3 each. A launch that is
+    one partial wave spreads either way."""
+    assert pm.wave_blocks(600, 132, 4, 3, efficiency=lambda w: 1.0) == [3, 2]
+    assert pm.wave_blocks(600, 132, 4, 3, efficiency=lambda w: 0.97) == [3, 3]
+    assert pm.occupancy_ratio(600, 132, 4, 3, efficiency=lambda w: 0.97) == pytest.approx(600 / 132 / 6 * 0.97)
+    assert pm.wave_blocks(200, 132, 4, 3, efficiency=lambda w: 0.5) == [2]
+    assert pm.wave_blocks(600, 132, 4, 3, efficiency=lambda w: 0.97, tail_per_sm=2) == [3, 2]
+    assert pm.wave_blocks(396 * 2, 132, 4, 3, efficiency=lambda w: 0.5) == [3, 3]   # no tail
+
+
 def test_occupancy_too_few_blocks_and_warps():
     # 66 blocks on 132 SMs: half the SMs idle (DIGEST 002's conv2 case)
     assert pm.occupancy_ratio(blocks=66, sms=132, warps_per_block=8, resident_blocks=4) == pytest.approx(0.5)

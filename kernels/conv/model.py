@@ -276,13 +276,16 @@ def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict 
               props: dict | None = None, efficiency=None, busiest_sm_blocks: int | None = None) -> float:
     """``perfmodel.occupancy_ratio`` of the stage's launch; ``busiest_sm_blocks``: the most blocks one
     SM ran over the launch, where a profiler counted it (ncu's sm__ctas_launched.max), to charge the
-    last partial wave as it was placed rather than spread."""
+    last partial wave as it was placed rather than by ``perfmodel.wave_blocks``' rule. Waves can
+    charge a tail of one to ``resident`` blocks; an SM that ran more took blocks freed early in a full
+    wave, and is charged one full wave more."""
     props = props or device.properties()
     blocks, threads = launch_shape(stage, p, tile)
     resident = resident_blocks(stage, p, resources, tile, props)
+    full, rest = divmod(blocks, props["sms"] * resident)
     tail = None
-    if busiest_sm_blocks is not None and blocks % (props["sms"] * resident):
-        tail = busiest_sm_blocks - blocks // (props["sms"] * resident) * resident
+    if busiest_sm_blocks is not None and rest:
+        tail = min(max(busiest_sm_blocks - full * resident, math.ceil(rest / props["sms"])), resident, rest)
     return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), resident,
                                      efficiency=efficiency, tail_per_sm=tail)
 

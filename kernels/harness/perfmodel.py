@@ -90,35 +90,56 @@ def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads:
     return max(0, min(limits))
 
 
+def _eta(efficiency, warps: int) -> float:
+    eta = efficiency(warps) if efficiency else 1.0
+    if not 0 < eta <= 1:
+        raise ValueError(f"efficiency({warps}) must be in (0, 1], got {eta}")
+    return eta
+
+
+def wave_blocks(blocks: int, sms: int, warps_per_block: int, resident_blocks: int, schedulers: int = 4,
+                efficiency=None, tail_per_sm: int | None = None) -> list[int]:
+    """Blocks the busiest SM runs in each wave of a launch: ``resident_blocks`` per full wave, then the
+    last, partial wave of r blocks.
+
+    A launch that is one partial wave is spread over the SMs: ceil(r / sms) on the busiest. A tail
+    after full waves goes to the slots that free first. If the full waves are latency-bound
+    (``efficiency`` < 1 for their warps per scheduler), every warp moves at the pace of its own
+    dependencies, an SM's blocks finish together, and the first SMs to free their slots take
+    min(resident_blocks, r) blocks each. If they are issue-bound, the schedulers favour older warps,
+    an SM's blocks finish one after another, and the tail spreads as a single wave does.
+    ``tail_per_sm``: the busiest SM's tail where a profiler counted it, instead of either rule."""
+    if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
+        raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
+    full, rest = divmod(blocks, sms * resident_blocks)
+    if not rest:
+        return [resident_blocks] * full
+    tail = math.ceil(rest / sms)
+    if tail_per_sm is not None:
+        if not tail <= tail_per_sm <= min(resident_blocks, rest):
+            raise ValueError(f"tail_per_sm must be in [{tail}, {min(resident_blocks, rest)}], got {tail_per_sm}")
+        tail = tail_per_sm
+    elif full and _eta(efficiency, math.ceil(resident_blocks * warps_per_block / schedulers)) < 1:
+        tail = min(resident_blocks, rest)
+    return [resident_blocks] * full + [tail]
+
+
 def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks: int,
                     schedulers: int = 4, efficiency=None, tail_per_sm: int | None = None) -> float:
     """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
 
-    Blocks go out in waves of up to ``resident_blocks`` per SM, spread over the SMs (a last, partial
-    wave of r blocks puts ceil(r / sms) on the busiest SM). A wave lasts as long as its busiest
+    Blocks go out in waves of up to ``resident_blocks`` per SM (``wave_blocks``: how many the busiest
+    SM runs in each, and where a partial last wave goes). A wave lasts as long as its busiest
     scheduler needs: each of an SM's ``schedulers`` issues only for its own warps, ceil(blocks on the
     SM x warps_per_block / schedulers) of them, so an SM with fewer warps than schedulers leaves some
     idle (DIGEST 002's min(active warps, 1)). ``efficiency(W)``: the fraction of its time a scheduler
-    with W warps can issue (``issue_efficiency``; latency), 1 if not given. ``tail_per_sm``: the blocks
-    the busiest SM runs in the last, partial wave where that is known (a profiler's count), instead of
-    the spread. The ratio is the ideal time (every scheduler of every SM busy) over the sum of the
-    waves' times."""
-    if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
-        raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
-    full, rest = divmod(blocks, sms * resident_blocks)
-    tail = math.ceil(rest / sms)
-    if tail_per_sm is not None and rest:
-        if not tail <= tail_per_sm <= min(resident_blocks, rest):
-            raise ValueError(f"tail_per_sm must be in [{tail}, {min(resident_blocks, rest)}], got {tail_per_sm}")
-        tail = tail_per_sm
-    waves = [resident_blocks] * full + ([tail] if rest else [])
+    with W warps can issue (``issue_efficiency``; latency), 1 if not given. ``tail_per_sm``: see
+    ``wave_blocks``. The ratio is the ideal time (every scheduler of every SM busy) over the sum of
+    the waves' times."""
     time = 0.0
-    for per_sm in waves:
+    for per_sm in wave_blocks(blocks, sms, warps_per_block, resident_blocks, schedulers, efficiency, tail_per_sm):
         warps = math.ceil(per_sm * warps_per_block / schedulers)
-        eta = efficiency(warps) if efficiency else 1.0
-        if not 0 < eta <= 1:
-            raise ValueError(f"efficiency({warps}) must be in (0, 1], got {eta}")
-        time += warps / eta
+        time += warps / _eta(efficiency, warps)
     return blocks * warps_per_block / (sms * schedulers) / time
 
 
