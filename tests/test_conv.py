@@ -279,6 +279,29 @@ def test_latency_term_charges_l1_misses_the_far_l2_latency():
         model.latency_efficiency("REGISTER TILING", p, w, lat, tile, l1_hit=1.5)
 
 
+def test_predict_composes_the_model():
+    """model.predict is the chain the chapter walks through: SASS counts, L1 hit rate, latency term,
+    occupancy of the waves, perfmodel.predict with the epilogue; a profiler's placement of the last
+    wave changes only the occupancy."""
+    from kernels.harness import perfmodel
+    p, tile = common.PROBLEMS["conv2"], dict(cuda_stages.DEFAULTS["SPLIT-K"])
+    w = perfmodel.Weights(1.0, 4.0, 1.07)
+    lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32, l2_far=525)
+    props = {"sms": 132, "max_threads_per_sm": 2048, "regs_per_sm": 65536, "smem_per_sm_bytes": 233472}
+    rates = dict(fma_gflops=63000.0, copy_gbps=3000.0, wavefront_rate=1e12)
+    got = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, **rates)
+    sass, res = model.compiled("SPLIT-K", tile)
+    c = model.sass_counts("SPLIT-K", p, tile, sass=sass)
+    eff = model.latency_efficiency("SPLIT-K", p, w, lat, tile, sass, l1_hit=0.0)
+    occ = model.occupancy("SPLIT-K", p, res, tile, props, efficiency=eff)
+    want = perfmodel.predict(p.flops, c, w, peak_gflops=63000.0, occupancy=occ, fp32_flops=64,
+                             epilogue_bytes=model.epilogue_bytes("SPLIT-K", p, tile), bandwidth_gbps=3000.0)
+    assert got.counts == c and got.counted_from == "SASS" and got.l1_hit == 0.0
+    assert got.prediction.gflops == pytest.approx(want.gflops)
+    spread = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, busiest_sm_blocks=5, **rates)
+    assert spread.prediction.occupancy > got.prediction.occupancy and spread.counts == got.counts
+
+
 # --- on a real GPU ------------------------------------------------------------------------------
 
 GPU_PROBLEMS = [common.PROBLEMS["odd4"], common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),

@@ -290,6 +290,41 @@ def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict 
                                      efficiency=efficiency, tail_per_sm=tail)
 
 
+@dataclasses.dataclass(frozen=True)
+class StagePrediction:
+    """The model's prediction for one launch, with the inputs it was made from."""
+    prediction: perfmodel.Prediction
+    counts: perfmodel.Counts
+    counted_from: str          # "SASS", or "given" (counts passed in: ncu's, where the loops are not understood)
+    tile: dict | None
+    resources: cuda_cpp.Resources
+    l1_hit: float              # l1_hit_rate
+    efficiency: object         # the latency term's efficiency(W); None where the loops are not understood
+
+
+def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies, *, fma_gflops: float,
+            copy_gbps: float, wavefront_rate: float, tile: dict | None = None, props: dict | None = None,
+            counts: perfmodel.Counts | None = None, busiest_sm_blocks: int | None = None) -> StagePrediction | None:
+    """Everything the chapter's model says about ``stage`` on ``p``: SASS counts (``counts`` where the
+    SASS loops are not understood; None if there are neither), the L1 hit rate and the latency term,
+    the occupancy ratio of the launch's waves, and ``perfmodel.predict`` with the L1 wavefront bound
+    and the epilogue. The rates are this GPU's: weights ``w``, latencies ``lat``, the FMA ceiling, the
+    copy bandwidth and the LDS.32 wavefront rate (per second)."""
+    sass, res = compiled(cuda_stage(stage), tile)
+    c, counted_from = sass_counts(stage, p, tile, sass=sass), "SASS"
+    if c is None:
+        c, counted_from = counts, "given"
+    if c is None:
+        return None
+    hit = l1_hit_rate(stage, p, res, tile, props)
+    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit)
+    occ = occupancy(stage, p, res, tile, props, efficiency=eff, busiest_sm_blocks=busiest_sm_blocks)
+    pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=occ, fp32_flops=64,
+                           wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
+                           epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps)
+    return StagePrediction(pr, c, counted_from, tile, res, hit, eff)
+
+
 def measure_latencies() -> perfmodel.Latencies:
     """The scoreboard's latencies on this GPU, in cycles: FFMA chain, shared-load chain and barrier
     (conv/rates.cu's latency_probe, one 4-warp block), and global loads hitting L1, the L2 in a 4 MiB
