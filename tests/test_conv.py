@@ -300,6 +300,9 @@ def test_predict_composes_the_model():
     assert got.prediction.gflops == pytest.approx(want.gflops)
     spread = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, busiest_sm_blocks=5, **rates)
     assert spread.prediction.occupancy > got.prediction.occupancy and spread.counts == got.counts
+    # 600 blocks of 4 warps, 3 per SM: the rule clusters the 204 left (latency-bound first wave), ncu's 5 spread them
+    assert (got.waves.blocks, got.waves.warps_per_block, got.waves.resident) == (600, 4, 3)
+    assert got.waves.per_sm == [3, 3] and spread.waves.per_sm == [3, 2] and spread.waves.tail == 2
 
 
 # --- on a real GPU ------------------------------------------------------------------------------

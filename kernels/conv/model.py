@@ -272,13 +272,22 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
     return efficiency
 
 
-def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-              props: dict | None = None, efficiency=None, busiest_sm_blocks: int | None = None) -> float:
-    """``perfmodel.occupancy_ratio`` of the stage's launch; ``busiest_sm_blocks``: the most blocks one
-    SM ran over the launch, where a profiler counted it (ncu's sm__ctas_launched.max), to charge the
-    last partial wave as it was placed rather than by ``perfmodel.wave_blocks``' rule. Waves can
-    charge a tail of one to ``resident`` blocks; an SM that ran more took blocks freed early in a full
-    wave, and is charged one full wave more."""
+@dataclasses.dataclass(frozen=True)
+class Waves:
+    """How a stage's launch goes out in waves of blocks."""
+    blocks: int
+    warps_per_block: int
+    resident: int              # blocks that fit on one SM at once
+    tail: int | None           # the last wave's blocks on the busiest SM, where a profiler placed them
+    per_sm: list[int]          # blocks the busiest SM runs in each wave (perfmodel.wave_blocks)
+
+
+def waves(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None, props: dict | None = None,
+          efficiency=None, busiest_sm_blocks: int | None = None) -> Waves:
+    """The launch's waves; ``busiest_sm_blocks``: the most blocks one SM ran over the launch, where a
+    profiler counted it (ncu's sm__ctas_launched.max), to charge the last partial wave as it was placed
+    rather than by ``perfmodel.wave_blocks``' rule. Waves can charge a tail of one to ``resident``
+    blocks; an SM that ran more took blocks freed early in a full wave, and is charged one full wave more."""
     props = props or device.properties()
     blocks, threads = launch_shape(stage, p, tile)
     resident = resident_blocks(stage, p, resources, tile, props)
@@ -286,8 +295,18 @@ def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict 
     tail = None
     if busiest_sm_blocks is not None and rest:
         tail = min(max(busiest_sm_blocks - full * resident, math.ceil(rest / props["sms"])), resident, rest)
-    return perfmodel.occupancy_ratio(blocks, props["sms"], math.ceil(threads / 32), resident,
-                                     efficiency=efficiency, tail_per_sm=tail)
+    warps = math.ceil(threads / 32)
+    return Waves(blocks, warps, resident, tail, perfmodel.wave_blocks(blocks, props["sms"], warps, resident,
+                                                                      efficiency=efficiency, tail_per_sm=tail))
+
+
+def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
+              props: dict | None = None, efficiency=None, busiest_sm_blocks: int | None = None) -> float:
+    """``perfmodel.occupancy_ratio`` of the stage's ``waves``."""
+    props = props or device.properties()
+    wv = waves(stage, p, resources, tile, props, efficiency, busiest_sm_blocks)
+    return perfmodel.occupancy_ratio(wv.blocks, props["sms"], wv.warps_per_block, wv.resident,
+                                     efficiency=efficiency, tail_per_sm=wv.tail)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +319,7 @@ class StagePrediction:
     resources: cuda_cpp.Resources
     l1_hit: float              # l1_hit_rate
     efficiency: object         # the latency term's efficiency(W); None where the loops are not understood
+    waves: Waves
 
 
 def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies, *, fma_gflops: float,
@@ -316,13 +336,15 @@ def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latenci
         c, counted_from = counts, "given"
     if c is None:
         return None
+    props = props or device.properties()
     hit = l1_hit_rate(stage, p, res, tile, props)
     eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit)
-    occ = occupancy(stage, p, res, tile, props, efficiency=eff, busiest_sm_blocks=busiest_sm_blocks)
+    occ = occupancy(stage, p, res, tile, props, eff, busiest_sm_blocks)
     pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=occ, fp32_flops=64,
                            wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
                            epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps)
-    return StagePrediction(pr, c, counted_from, tile, res, hit, eff)
+    return StagePrediction(pr, c, counted_from, tile, res, hit, eff,
+                           waves(stage, p, res, tile, props, eff, busiest_sm_blocks))
 
 
 def measure_latencies() -> perfmodel.Latencies:
