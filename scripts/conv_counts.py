@@ -2,7 +2,8 @@
 
     python scripts/conv_counts.py                 # SASS counts x trips -> data/results/<gpu>/conv_counts.csv
     python scripts/conv_counts.py --ncu conv1 conv2   # every stage once under ncu (the model's three
-                                                  # metrics, L1 hit rate, busiest SM's blocks)
+                                                  # metrics, L1 hit rate, busiest SM's blocks,
+                                                  # issue activity and the busiest pipes)
                                                   # -> data/results/<gpu>/conv_ncu_<problem>.csv
     python scripts/conv_counts.py --ncu conv1 --stages "HALO TILE"   # only these stages; their rows
                                                   # replace theirs in the CSV, the others' are kept
