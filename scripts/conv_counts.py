@@ -29,12 +29,7 @@ from kernels.conv import common, stages  # noqa: E402
 from kernels.conv import model  # noqa: E402
 from kernels.harness import perfmodel  # noqa: E402
 
-EXTRA_METRICS = ("l1tex__t_sector_hit_rate.pct",   # checks model.l1_hit_rate
-                 "sm__ctas_launched.max",          # blocks on the busiest SM: how the last wave was placed
-                 # where the instructions went (the misses' explanations): issue and the busiest pipes
-                 "smsp__issue_active.avg.pct_of_peak_sustained_active", "sm__inst_executed_pipe_lsu.sum",
-                 "sm__inst_executed_pipe_adu.sum", "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
-                 "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active")
+EXTRA_METRICS = (*model.NCU_CHECKS.values(), *model.NCU_PIPES.values())
 COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")
 
 

@@ -32,6 +32,16 @@ NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_ker
 }
 
 
+# Nsight Compute metrics the chapter records beside perfmodel.NCU_METRICS (scripts/conv_counts.py --ncu) and
+# reads: two checks of the model's assumptions, and where the instructions went (for reading the misses).
+NCU_CHECKS = {"L1 hit %": "l1tex__t_sector_hit_rate.pct",            # model.l1_hit_rate
+              "busiest SM's blocks": "sm__ctas_launched.max"}        # where the last wave went
+NCU_PIPES = {"issue %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+             "LSU": "sm__inst_executed_pipe_lsu.sum", "ADU": "sm__inst_executed_pipe_adu.sum",
+             "ALU %": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
+             "FMA-heavy %": "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active"}
+
+
 def _ptxas() -> str:
     """ptxas from PATH, CUDA_HOME or the nvidia pip wheels (Numba's PTX -> cubin)."""
     candidates = [shutil.which("ptxas"), Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")]
