@@ -305,6 +305,19 @@ def test_predict_composes_the_model():
     assert got.waves.per_sm == [3, 3] and spread.waves.per_sm == [3, 2] and spread.waves.tail == 2
 
 
+def test_load_rate_kernels_measure_the_pipe_not_the_issue():
+    """One LDS.32 or LDG.32 per SM and cycle is 4 issue slots of each of the 4 schedulers: the rate
+    kernels' loops issue at most 3 instructions per load, so the load pipe, not the issue, sets the rate."""
+    from kernels.harness import cuda_cpp, perfmodel, sass
+    text = sass.disassemble_text(cuda_cpp.compile_cubin("conv/rates.cu", "sm_90").cubin)
+    for kernel, load in (("lds_rate", "LDS"), ("ldg_rate", "LDG")):
+        instructions = perfmodel.parse_sass(text, kernel)
+        bodies = [[i for i in instructions if lp.start <= i.address <= lp.end] for lp in perfmodel.find_loops(instructions)]
+        body = max(bodies, key=lambda b: sum(i.base == load for i in b))   # the timed loop, not the table fill
+        loads = sum(i.base == load for i in body)
+        assert loads >= 8 and len(body) / loads <= 3, (kernel, loads, len(body))   # issue well under the pipe
+
+
 # --- on a real GPU ------------------------------------------------------------------------------
 
 GPU_PROBLEMS = [common.PROBLEMS["odd4"], common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),

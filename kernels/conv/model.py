@@ -377,7 +377,8 @@ def measure_latencies() -> perfmodel.Latencies:
 
 
 def measure_rates(repeat: int = 20) -> dict:
-    """Instruction rates on this GPU in warp instructions per second: FP32 (FFMA), integer ALU, LDS."""
+    """Instruction rates on this GPU in warp instructions per second: FP32 (FFMA), integer, LDS.32 (the
+    model's load/store rate) and, to check that one weight serves global loads too, LDG.32 hitting L1."""
     import cupy
     from ..harness import ceilings, timing
     sms = device.properties()["sms"]
@@ -390,5 +391,10 @@ def measure_rates(repeat: int = 20) -> dict:
     lds = cuda_cpp.load("conv/rates.cu", "lds_rate")
     t = timing.benchmark(lambda: lds((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(32))), repeat=repeat)
     ldst = blocks * threads / 32 * iters * 8 / (t.median_ms * 1e-3)
+    ldg = cuda_cpp.load("conv/rates.cu", "ldg_rate")
+    words = cupy.arange(4096, dtype=cupy.int32)
+    t = timing.benchmark(lambda: ldg((blocks,), (threads,), (words, out, cupy.int32(iters), cupy.int32(32))),
+                         repeat=repeat)
+    global_ld = blocks * threads / 32 * iters * 8 / (t.median_ms * 1e-3)
     fp32 = ceilings.measure_fma() * 1e9 / 2 / 32                                 # FLOP/s -> FFMA warp instr/s
-    return {"fp32": fp32, "ldst": ldst, "other": other}
+    return {"fp32": fp32, "ldst": ldst, "other": other, "ldg": global_ld}

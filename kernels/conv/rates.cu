@@ -1,9 +1,9 @@
-// Instruction throughputs for the performance model's weights (DIGEST 002): how many integer-ALU
-// and shared-memory load instructions an SM issues per second, measured like the FP32 FMA ceiling;
-// and the latencies its scoreboard needs (latency_probe, at the end).
+// Instruction throughputs for the performance model's weights (DIGEST 002): how many integer,
+// shared-memory load and global load instructions an SM issues per second, measured like the FP32
+// FMA ceiling; and the latencies its scoreboard needs (latency_probe, at the end).
 
-// Eight independent chains of (add, xor): two integer-ALU instructions per chain and iteration that
-// ptxas cannot merge (IADD3 only adds, LOP3 only does logic), so the ALU pipe sets the rate.
+// Eight independent chains of (add, xor): two integer instructions per chain and iteration that
+// ptxas cannot merge (for sm_90 a VIADD and a LOP3.LUT): the rate of plain integer instructions.
 extern "C" __global__ void iadd_rate(int* out, int iters, int c, int d) {
     int v[8];
 #pragma unroll
@@ -19,16 +19,33 @@ extern "C" __global__ void iadd_rate(int* out, int iters, int c, int d) {
 }
 
 // Conflict-free 4-byte shared loads (LDS.32): lane t reads word t of a row, 8 independent loads
-// per iteration, folded with xor so the loads stay and cost no FP32 work.
+// per iteration at fixed offsets from one address (LDS [R+imm]: no address arithmetic per load),
+// folded with xor so the loads stay and cost no FP32 work. Fewer than 4 instructions per load issue,
+// so the shared pipe (one LDS.32 per SM and cycle: 4 issue slots of each of 4 schedulers), not the
+// issue, sets the rate.
 extern "C" __global__ void lds_rate(int* out, int iters, int step) {
-    __shared__ int words[2048];
-    for (int i = threadIdx.x; i < 2048; i += blockDim.x) words[i] = i;
+    __shared__ int words[4096];
+    for (int i = threadIdx.x; i < 4096; i += blockDim.x) words[i] = i;
     __syncthreads();
     int acc = 0, idx = threadIdx.x & 31;
     for (int i = 0; i < iters; ++i) {
+        const int* row = words + idx;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc ^= words[(idx + 256 * j) & 2047];
-        idx = (idx + step) & 2047;   // a run-time step keeps the loads inside the loop
+        for (int j = 0; j < 8; ++j) acc ^= row[256 * j];
+        idx = (idx + step) & 1023;   // a run-time step keeps the loads inside the loop
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+// The same loads from global memory (LDG.32, coalesced, 16 KB that stay in L1): does one load/store
+// weight serve global loads too?
+extern "C" __global__ void ldg_rate(const int* words, int* out, int iters, int step) {
+    int acc = 0, idx = threadIdx.x & 31;
+    for (int i = 0; i < iters; ++i) {
+        const int* row = words + idx;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc ^= row[256 * j];
+        idx = (idx + step) & 1023;
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
