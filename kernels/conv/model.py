@@ -310,13 +310,16 @@ def waves(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | No
                                                                       efficiency=efficiency, tail_per_sm=tail))
 
 
+def _occupancy(wv: Waves, sms: int, efficiency) -> float:
+    return perfmodel.occupancy_ratio(wv.blocks, sms, wv.warps_per_block, wv.resident, efficiency=efficiency,
+                                     tail_per_sm=wv.tail)
+
+
 def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
               props: dict | None = None, efficiency=None, busiest_sm_blocks: int | None = None) -> float:
     """``perfmodel.occupancy_ratio`` of the stage's ``waves``."""
     props = props or device.properties()
-    wv = waves(stage, p, resources, tile, props, efficiency, busiest_sm_blocks)
-    return perfmodel.occupancy_ratio(wv.blocks, props["sms"], wv.warps_per_block, wv.resident,
-                                     efficiency=efficiency, tail_per_sm=wv.tail)
+    return _occupancy(waves(stage, p, resources, tile, props, efficiency, busiest_sm_blocks), props["sms"], efficiency)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,12 +352,12 @@ def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latenci
     props = props or device.properties()
     hit = l1_hit_rate(stage, p, res, tile, props)
     eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit)
-    occ = occupancy(stage, p, res, tile, props, eff, busiest_sm_blocks)
+    wv = waves(stage, p, res, tile, props, eff, busiest_sm_blocks)
+    occ = _occupancy(wv, props["sms"], eff)
     pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=occ, fp32_flops=64,
                            wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
                            epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps)
-    return StagePrediction(pr, c, counted_from, tile, res, hit, eff,
-                           waves(stage, p, res, tile, props, eff, busiest_sm_blocks))
+    return StagePrediction(pr, c, counted_from, tile, res, hit, eff, wv)
 
 
 def measure_latencies() -> perfmodel.Latencies:
@@ -384,17 +387,17 @@ def measure_rates(repeat: int = 20) -> dict:
     sms = device.properties()["sms"]
     blocks, threads, iters = sms * 8, 256, 4096
     out = cupy.empty(blocks * threads, dtype=cupy.int32)
-    iadd = cuda_cpp.load("conv/rates.cu", "iadd_rate")
-    t = timing.benchmark(lambda: iadd((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(3), cupy.int32(5))),
-                         repeat=repeat)
-    other = blocks * threads / 32 * iters * 8 * 2 / (t.median_ms * 1e-3)      # (add, xor) x 8 chains
-    lds = cuda_cpp.load("conv/rates.cu", "lds_rate")
-    t = timing.benchmark(lambda: lds((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(32))), repeat=repeat)
-    ldst = blocks * threads / 32 * iters * 8 / (t.median_ms * 1e-3)
-    ldg = cuda_cpp.load("conv/rates.cu", "ldg_rate")
-    words = cupy.arange(4096, dtype=cupy.int32)
-    t = timing.benchmark(lambda: ldg((blocks,), (threads,), (words, out, cupy.int32(iters), cupy.int32(32))),
-                         repeat=repeat)
-    global_ld = blocks * threads / 32 * iters * 8 / (t.median_ms * 1e-3)
+
+    def rate(kernel: str, args: tuple, per_iteration: int) -> float:
+        """Warp instructions per second of ``kernel``, which issues ``per_iteration`` of the timed kind
+        per thread and loop iteration."""
+        k = cuda_cpp.load("conv/rates.cu", kernel)
+        t = timing.benchmark(lambda: k((blocks,), (threads,), args), repeat=repeat)
+        return blocks * threads / 32 * iters * per_iteration / (t.median_ms * 1e-3)
+
+    step = (cupy.int32(iters), cupy.int32(32))
+    other = rate("iadd_rate", (out, cupy.int32(iters), cupy.int32(3), cupy.int32(5)), 8 * 2)   # (add, xor) x 8 chains
+    ldst = rate("lds_rate", (out, *step), 8)
+    global_ld = rate("ldg_rate", (cupy.arange(4096, dtype=cupy.int32), out, *step), 8)
     fp32 = ceilings.measure_fma() * 1e9 / 2 / 32                                 # FLOP/s -> FFMA warp instr/s
     return {"fp32": fp32, "ldst": ldst, "other": other, "ldg": global_ld}

@@ -18,28 +18,12 @@ extern "C" __global__ void iadd_rate(int* out, int iters, int c, int d) {
     out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
-// Conflict-free 4-byte shared loads (LDS.32): lane t reads word t of a row, 8 independent loads
-// per iteration at fixed offsets from one address (LDS [R+imm]: no address arithmetic per load),
-// folded with xor so the loads stay and cost no FP32 work. Fewer than 4 instructions per load issue,
-// so the shared pipe (one LDS.32 per SM and cycle: 4 issue slots of each of 4 schedulers), not the
-// issue, sets the rate.
-extern "C" __global__ void lds_rate(int* out, int iters, int step) {
-    __shared__ int words[4096];
-    for (int i = threadIdx.x; i < 4096; i += blockDim.x) words[i] = i;
-    __syncthreads();
-    int acc = 0, idx = threadIdx.x & 31;
-    for (int i = 0; i < iters; ++i) {
-        const int* row = words + idx;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc ^= row[256 * j];
-        idx = (idx + step) & 1023;   // a run-time step keeps the loads inside the loop
-    }
-    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-}
-
-// The same loads from global memory (LDG.32, coalesced, 16 KB that stay in L1): does one load/store
-// weight serve global loads too?
-extern "C" __global__ void ldg_rate(const int* words, int* out, int iters, int step) {
+// Eight independent 4-byte loads per iteration at fixed offsets from one address ([R+imm]: no address
+// arithmetic per load), folded with xor so the loads stay and cost no FP32 work. Lane t reads word t of
+// a row (conflict-free in shared memory, coalesced in global). Fewer than 4 instructions issue per
+// load, so the load pipe (one load per SM and cycle: 4 issue slots of each of 4 schedulers), not the
+// issue, sets the rate. A run-time step keeps the loads inside the loop.
+__device__ __forceinline__ int xor_sweep(const int* words, int iters, int step) {
     int acc = 0, idx = threadIdx.x & 31;
     for (int i = 0; i < iters; ++i) {
         const int* row = words + idx;
@@ -47,7 +31,21 @@ extern "C" __global__ void ldg_rate(const int* words, int* out, int iters, int s
         for (int j = 0; j < 8; ++j) acc ^= row[256 * j];
         idx = (idx + step) & 1023;
     }
-    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    return acc;
+}
+
+// Shared loads (LDS.32): the model's load/store rate.
+extern "C" __global__ void lds_rate(int* out, int iters, int step) {
+    __shared__ int words[4096];
+    for (int i = threadIdx.x; i < 4096; i += blockDim.x) words[i] = i;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = xor_sweep(words, iters, step);
+}
+
+// The same loads from global memory (LDG.32, 16 KB that stay in L1): does one load/store weight
+// serve global loads too?
+extern "C" __global__ void ldg_rate(const int* words, int* out, int iters, int step) {
+    out[blockIdx.x * blockDim.x + threadIdx.x] = xor_sweep(words, iters, step);
 }
 
 // Latencies for the model's scoreboard (perfmodel.scheduler_cycles), one warp timed with clock64():
