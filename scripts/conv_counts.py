@@ -3,7 +3,8 @@
     python scripts/conv_counts.py                 # SASS counts x trips -> data/results/<gpu>/conv_counts.csv
     python scripts/conv_counts.py --ncu conv1 conv2   # every stage once under ncu (the model's three
                                                   # metrics, L1 hit rate, busiest SM's blocks,
-                                                  # issue activity and the busiest pipes)
+                                                  # issue activity, the busiest pipes and
+                                                  # why warps waited)
                                                   # -> data/results/<gpu>/conv_ncu_<problem>.csv
     python scripts/conv_counts.py --ncu conv1 --stages "HALO TILE"   # only these stages; their rows
                                                   # replace theirs in the CSV, the others' are kept
@@ -29,7 +30,7 @@ from kernels.conv import common, stages  # noqa: E402
 from kernels.conv import model  # noqa: E402
 from kernels.harness import perfmodel  # noqa: E402
 
-EXTRA_METRICS = (*model.NCU_CHECKS.values(), *model.NCU_PIPES.values())
+EXTRA_METRICS = (*model.NCU_CHECKS.values(), *model.NCU_PIPES.values(), *model.NCU_STALLS.values())
 COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")
 
 

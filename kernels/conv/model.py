@@ -33,13 +33,19 @@ NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_ker
 
 
 # Nsight Compute metrics the chapter records beside perfmodel.NCU_METRICS (scripts/conv_counts.py --ncu) and
-# reads: two checks of the model's assumptions, and where the instructions went (for reading the misses).
+# reads: two checks of the model's assumptions; for reading the misses, where the instructions went and
+# why the schedulers' warps waited.
 NCU_CHECKS = {"L1 hit %": "l1tex__t_sector_hit_rate.pct",            # model.l1_hit_rate
               "busiest SM's blocks": "sm__ctas_launched.max"}        # where the last wave went
 NCU_PIPES = {"issue %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
              "LSU": "sm__inst_executed_pipe_lsu.sum", "ADU": "sm__inst_executed_pipe_adu.sum",
              "ALU %": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
              "FMA-heavy %": "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active"}
+_STALLED = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"   # warps waiting, per instruction issued
+NCU_STALLS = {"math pipe busy": _STALLED.format("math_pipe_throttle"), "dispatch": _STALLED.format("dispatch_stall"),
+              "fixed latency": _STALLED.format("wait"), "memory latency": _STALLED.format("long_scoreboard"),
+              "global load queue full": _STALLED.format("lg_throttle"),
+              "shared load queue full": _STALLED.format("mio_throttle")}
 
 
 def _ptxas() -> str:
