@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kernels.harness import perfmodel  # noqa: E402  (the package picks the mode first)
+
 STALLS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait", "barrier",
           "not_selected", "lg_throttle", "no_instruction", "dispatch_stall", "branch_resolving")
 METRICS = {
@@ -33,7 +35,7 @@ METRICS = {
     "smsp__inst_executed_op_local_st.sum": "local store instructions",
     "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": "local load bytes",
     "dram__bytes.sum": "DRAM bytes",
-    **{f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio": f"stall {s}" for s in STALLS},
+    **{perfmodel.ncu_stall_metric(s): f"stall {s}" for s in STALLS},
 }
 
 

@@ -41,11 +41,11 @@ NCU_PIPES = {"issue %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
              "LSU": "sm__inst_executed_pipe_lsu.sum", "ADU": "sm__inst_executed_pipe_adu.sum",
              "ALU %": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
              "FMA-heavy %": "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active"}
-_STALLED = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"   # warps waiting, per instruction issued
-NCU_STALLS = {"math pipe busy": _STALLED.format("math_pipe_throttle"), "dispatch": _STALLED.format("dispatch_stall"),
-              "fixed latency": _STALLED.format("wait"), "memory latency": _STALLED.format("long_scoreboard"),
-              "global load queue full": _STALLED.format("lg_throttle"),
-              "shared load queue full": _STALLED.format("mio_throttle")}
+NCU_STALLS = {label: perfmodel.ncu_stall_metric(reason) for label, reason in (   # why warps did not issue
+    ("math pipe busy", "math_pipe_throttle"), ("dispatch", "dispatch_stall"), ("ALU/FMA latency", "wait"),
+    ("shared load latency", "short_scoreboard"), ("memory latency", "long_scoreboard"), ("barrier", "barrier"),
+    ("global load queue full", "lg_throttle"), ("shared load queue full", "mio_throttle"),
+    ("ready, not picked", "not_selected"))}
 
 
 def _ptxas() -> str:

@@ -27,6 +27,13 @@ NCU_METRICS = ("smsp__inst_executed.sum",
                "smsp__sass_thread_inst_executed_op_fp32_pred_on.sum",
                "smsp__sass_thread_inst_executed_op_memory_pred_on.sum")
 
+
+def ncu_stall_metric(reason: str) -> str:
+    """The Nsight Compute metric for warps stalled for ``reason`` (long_scoreboard, barrier, wait, ...):
+    the warps waiting for it, summed over the cycles, per instruction issued."""
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+
+
 FP32_OPS = {"FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSET", "FSETP", "FCHK", "FSWZADD", "FFMA32I",
             "FADD32I", "FMUL32I"}
 LDST_OPS = {"LD", "LDG", "LDS", "LDL", "LDC", "LDSM", "LDGSTS", "ST", "STG", "STS", "STL", "ATOM", "ATOMS",
