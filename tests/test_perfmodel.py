@@ -47,6 +47,15 @@ def test_occupancy_with_a_measured_tail_placement():
             pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=impossible)
 
 
+def test_tail_bounds():
+    """SPLIT-K on conv2: 204 blocks left after a wave of 396, two or three on the busiest SM; a launch of
+    one partial wave has the same choice; one that ends in a full wave has none."""
+    assert pm.tail_bounds(600, 132, 3) == (2, 3)
+    assert pm.tail_bounds(200, 132, 3) == (2, 3)
+    assert pm.tail_bounds(140, 132, 8) == (2, 8)
+    assert pm.tail_bounds(396 * 2, 132, 3) == (0, 0)
+
+
 def test_a_tail_after_latency_bound_waves_clusters():
     """SPLIT-K on conv2 again. Issue-bound full waves finish block by block and the tail spreads (2 per
     SM); latency-bound ones finish together and the first SMs to free take 3 each. A launch that is

@@ -307,10 +307,11 @@ def waves(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | No
     props = props or device.properties()
     blocks, threads = launch_shape(stage, p, tile)
     resident = resident_blocks(stage, p, resources, tile, props)
-    full, rest = divmod(blocks, props["sms"] * resident)
+    full = blocks // (props["sms"] * resident)
+    spread, cluster = perfmodel.tail_bounds(blocks, props["sms"], resident)
     tail = None
-    if busiest_sm_blocks is not None and rest:
-        tail = min(max(busiest_sm_blocks - full * resident, math.ceil(rest / props["sms"])), resident, rest)
+    if busiest_sm_blocks is not None and cluster:
+        tail = min(max(busiest_sm_blocks - full * resident, spread), cluster)
     warps = math.ceil(threads / 32)
     return Waves(blocks, warps, resident, tail, perfmodel.wave_blocks(blocks, props["sms"], warps, resident,
                                                                       efficiency=efficiency, tail_per_sm=tail))

@@ -104,6 +104,14 @@ def _eta(efficiency, warps: int) -> float:
     return eta
 
 
+def tail_bounds(blocks: int, sms: int, resident_blocks: int) -> tuple[int, int]:
+    """The fewest and the most blocks of a launch's last, partial wave of r blocks that its busiest SM
+    can run: spread over the SMs, ceil(r / sms); clustered on the first SMs to free, min(resident_blocks, r).
+    (0, 0) if the launch ends in a full wave."""
+    rest = blocks % (sms * resident_blocks)
+    return math.ceil(rest / sms), min(resident_blocks, rest)
+
+
 def wave_blocks(blocks: int, sms: int, warps_per_block: int, resident_blocks: int, schedulers: int = 4,
                 efficiency=None, tail_per_sm: int | None = None) -> list[int]:
     """Blocks the busiest SM runs in each wave of a launch: ``resident_blocks`` per full wave, then the
@@ -118,16 +126,17 @@ def wave_blocks(blocks: int, sms: int, warps_per_block: int, resident_blocks: in
     ``tail_per_sm``: the busiest SM's tail where a profiler counted it, instead of either rule."""
     if min(blocks, sms, warps_per_block, resident_blocks, schedulers) < 1:
         raise ValueError("blocks, sms, warps_per_block, resident_blocks and schedulers must be >= 1")
-    full, rest = divmod(blocks, sms * resident_blocks)
-    if not rest:
+    full = blocks // (sms * resident_blocks)
+    spread, cluster = tail_bounds(blocks, sms, resident_blocks)
+    if not cluster:
         return [resident_blocks] * full
-    tail = math.ceil(rest / sms)
+    tail = spread
     if tail_per_sm is not None:
-        if not tail <= tail_per_sm <= min(resident_blocks, rest):
-            raise ValueError(f"tail_per_sm must be in [{tail}, {min(resident_blocks, rest)}], got {tail_per_sm}")
+        if not spread <= tail_per_sm <= cluster:
+            raise ValueError(f"tail_per_sm must be in [{spread}, {cluster}], got {tail_per_sm}")
         tail = tail_per_sm
     elif full and _eta(efficiency, math.ceil(resident_blocks * warps_per_block / schedulers)) < 1:
-        tail = min(resident_blocks, rest)
+        tail = cluster
     return [resident_blocks] * full + [tail]
 
 
