@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..harness import cuda_cpp
+from ..harness import cuda_cpp, device
 from .common import Problem, Stage
 
 FILES = {
@@ -36,6 +36,7 @@ def options(tile: dict) -> tuple:
 
 
 SMEM_PER_BLOCK = 227 * 1024   # the most shared memory one block may opt in to on sm_90 (sm_80: 163 KB)
+MIN_CC = {"HALO TILE": 80}    # cp.async, from sm_80 on
 
 
 def dynamic_smem_bytes(name: str, tile: dict) -> int:
@@ -99,6 +100,19 @@ def check_tile(name: str, tile: dict) -> None:
         raise ValueError(f"{name}: {threads} threads per block; the tile must give 32 to 1024")
 
 
+def unsupported(name: str, tile: dict, props: dict) -> str | None:
+    """Why the GPU ``props`` describes (device.properties() keys) cannot run stage ``name`` with ``tile``:
+    an instruction its architecture lacks, or more shared memory than one block may have; None if it can."""
+    cc = int(props["cc"])
+    if cc < MIN_CC.get(name, 0):
+        return f"{name} needs sm_{MIN_CC[name]} or newer (cp.async); this GPU is sm_{cc}"
+    smem = dynamic_smem_bytes(name, tile)
+    if smem > props["smem_per_block_optin_bytes"]:
+        return (f"{name} with tile {tile} needs {smem / 1024:.0f} KB of shared memory per block; this GPU "
+                f"allows {props['smem_per_block_optin_bytes'] / 1024:.0f} KB")
+    return None
+
+
 @lru_cache(maxsize=None)
 def _kernel(name: str, opts: tuple, smem: int = 0):
     path, kernel = FILES[name]
@@ -122,6 +136,8 @@ def stage(name: str, tile: dict | None = None) -> Stage:
     smem = dynamic_smem_bytes(name, tile)
 
     def launch(x, f, y, p):
+        if why := unsupported(name, tile, device.properties()):
+            raise RuntimeError(why)   # rather than the compiler's or the driver's error
         grid, block = geometry(name, tile, p)
         if grid[2] > 1:
             y.fill(0)   # the slices add into y

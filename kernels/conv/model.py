@@ -2,9 +2,10 @@
 weights from instruction rates measured on this GPU, occupancy from the launch, the latency term
 (one tile step of the SASS through perfmodel's scoreboard, latencies measured here), and predictions.
 
-SASS comes from the same compilers the GPU uses: NVRTC for the CUDA C++ stages (works on any
-machine) and Numba's PTX through ptxas for the Numba stages (needs real ``numba.cuda``, so not in
-the simulator). ``harness.sass`` turns a cubin into text (nvdisasm or cuobjdump).
+SASS comes from the same compilers the GPU uses, for the GPU the notebook runs on (the reference
+GPU's sm_90 without one): NVRTC for the CUDA C++ stages (works on any machine) and Numba's PTX
+through ptxas for the Numba stages (needs real ``numba.cuda``, so not in the simulator).
+``harness.sass`` turns a cubin into text (nvdisasm or cuobjdump).
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ from ..harness import cuda_cpp, device, perfmodel, sass
 from . import cuda_stages
 from .common import Problem
 
-ARCH = "sm_90"
+# The limits of the reference GPU (H100, H200: the same SMs), whose stored numbers the book shows, for
+# predictions made without a GPU (device.properties() keys).
+REFERENCE_PROPS = {"cc": "90", "sms": 132, "max_threads_per_sm": 2048, "regs_per_sm": 65536,
+                   "smem_per_sm_bytes": 233472, "smem_per_block_optin_bytes": 232448}
 NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_kernel(**GPU_TILE))
     "NAIVE": ("s1_naive", "conv_naive"),
     "COALESCING": ("s2_coalescing", "conv_coalescing"),
@@ -63,8 +67,20 @@ def _ptxas() -> str:
     raise FileNotFoundError("ptxas not found on PATH, in $CUDA_HOME/bin or in the nvidia pip wheels")
 
 
-def numba_cubin(stage: str, arch: str = ARCH) -> tuple[bytes, str]:
-    """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` outside the simulator."""
+def target_props() -> dict:
+    """The limits of the GPU the model predicts for: this one's; without a GPU, the reference GPU's."""
+    return device.properties() if device.on_gpu() else REFERENCE_PROPS
+
+
+def target_arch() -> str:
+    """The SASS target the model reads: the one CuPy and Numba build the stages for on this GPU (without
+    a GPU, the reference GPU's)."""
+    return f"sm_{target_props()['cc']}"
+
+
+def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:
+    """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` (``target_arch()``) outside the simulator."""
+    arch = arch or target_arch()
     if device.MODE == device.SIM:
         raise RuntimeError("Numba's PTX needs the real numba.cuda; the simulator cannot compile kernels")
     import importlib
@@ -87,8 +103,9 @@ def cuda_stage(stage: str) -> str:
     return "SPLIT-K" if stage == "AUTOTUNE" else stage
 
 
-def compiled(stage: str, tile: dict | None = None, arch: str = ARCH) -> tuple[str, cuda_cpp.Resources]:
-    """(SASS text, registers/shared memory) of one stage."""
+def compiled(stage: str, tile: dict | None = None, arch: str | None = None) -> tuple[str, cuda_cpp.Resources]:
+    """(SASS text, registers/shared memory) of one stage, for ``arch`` (``target_arch()``)."""
+    arch = arch or target_arch()
     if stage in NUMBA_KERNELS:
         cubin, log = numba_cubin(stage, arch)
         resources = cuda_cpp.parse_ptxas_log(log, arch)
@@ -192,7 +209,16 @@ def hot_loop(instructions: list[sass.Instruction]) -> perfmodel.Loop:
     return max(synced or loops, key=lambda lp: lp.depth)
 
 
-L1_SMEM_BYTES = 256 * 1024   # an H100/H200 SM's L1 data cache and shared memory together (one array)
+# An SM's L1 data cache and shared memory together (one array), in KB, by compute capability: the
+# sizes the CUDA C++ Programming Guide gives for each architecture.
+L1_SMEM_KB = {"80": 192, "86": 128, "87": 192, "89": 128, "90": 256}
+
+
+def l1_smem_bytes(props: dict) -> int:
+    """The L1 + shared memory array of one SM of the GPU ``props`` describes; for a compute capability
+    the table does not list, its shared memory alone (a lower bound)."""
+    kb = L1_SMEM_KB.get(props.get("cc", ""))
+    return kb * 1024 if kb else props["smem_per_sm_bytes"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -225,7 +251,7 @@ def resident_blocks(stage: str, p: Problem, resources: cuda_cpp.Resources, tile:
 
 
 def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-                props: dict | None = None, l1_smem_bytes: int = L1_SMEM_BYTES) -> float:
+                props: dict | None = None) -> float:
     """Predicted fraction of a tiled stage's global load sectors that hit L1 (to check against ncu's
     l1tex__t_sector_hit_rate).
 
@@ -233,16 +259,17 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
     by the tap, over all C channels, and BN filter columns over all C. A pixel loaded at one tap comes
     back at the next taps that reach it; it is still in L1 if what the SM's resident blocks load in
     between -- one tap's sweep, resident x C x (BM + BN) x 4 bytes -- fits in the L1 that their shared
-    memory leaves. Then input sectors hit at the ``tap_reuse`` rate and filter sectors (BN : BM of the
+    memory leaves (of ``l1_smem_bytes``). Then input sectors hit at the ``tap_reuse`` rate and filter sectors (BN : BM of the
     input's) are taken as misses; otherwise nothing hits. HALO TILE's cp.async.cg copies skip L1: 0."""
     name = cuda_stage(stage)
     if name not in cuda_stages.FILES or name == "HALO TILE":
         return 0.0
     t = tile or cuda_stages.DEFAULTS[name]
+    props = props or device.properties()
     bm, bn = cuda_stages.tile_shape(name, t)
     resident = resident_blocks(stage, p, resources, t, props)
     sweep = resident * p.c * (bm + bn) * 4
-    if sweep > l1_smem_bytes - resident * (resources.smem_bytes + perfmodel.SMEM_RESERVED):
+    if sweep > l1_smem_bytes(props) - resident * (resources.smem_bytes + perfmodel.SMEM_RESERVED):
         return 0.0
     return tap_reuse(p, bm, t.get("SPLIT", 1)) * bm / (bm + bn)
 

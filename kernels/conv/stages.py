@@ -11,10 +11,18 @@ FILES = {"SEQ": "conv/s0_seq.py", "NAIVE": "conv/s1_naive.py", "COALESCING": "co
          **{name: path for name, (path, _) in cuda_stages.FILES.items()}, "AUTOTUNE": "conv/s9_autotune.py"}
 
 
-def all_gpu() -> list[Stage]:
-    """The GPU stages with their full-size tiles (Numba ones also run in the simulator)."""
-    return [s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, s4_shared.STAGE,
-            cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8, cuda_stages.S10]
+def all_gpu(props: dict | None = None) -> list[Stage]:
+    """The GPU stages with their full-size tiles (Numba ones also run in the simulator); with ``props``
+    (device.properties() keys), only those that GPU can run."""
+    every = [s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, s4_shared.STAGE,
+             cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8, cuda_stages.S10]
+    return [s for s in every if props is None or s.name not in unsupported(props)]
+
+
+def unsupported(props: dict) -> dict[str, str]:
+    """{stage: why it cannot run} for the GPU ``props`` describes; empty on the H100 the book was run on."""
+    why = {name: cuda_stages.unsupported(name, cuda_stages.DEFAULTS[name], props) for name in cuda_stages.FILES}
+    return {name: reason for name, reason in why.items() if reason}
 
 
 def simulator() -> list[Stage]:
