@@ -339,6 +339,9 @@ def test_predict_composes_the_model():
     # 600 blocks of 4 warps, 3 per SM: the rule clusters the 204 left (latency-bound first wave), ncu's 5 spread them
     assert (got.waves.blocks, got.waves.warps_per_block, got.waves.resident) == (600, 4, 3)
     assert got.waves.per_sm == [3, 3] and spread.waves.per_sm == [3, 2] and spread.waves.tail == 2
+    placed = got.place(5)   # placed again, without compiling or simulating again
+    assert placed.prediction == spread.prediction and placed.waves == spread.waves and placed.efficiency is got.efficiency
+    assert spread.place(None).prediction == got.prediction
 
 
 def test_load_rate_kernels_measure_the_pipe_not_the_issue():

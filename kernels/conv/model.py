@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -367,6 +368,9 @@ class StagePrediction:
     l1_hit: float              # l1_hit_rate
     efficiency: object         # the latency term's efficiency(W); None where the loops are not understood
     waves: Waves
+    # place(busiest_sm_blocks): the same prediction with the last wave charged where a profiler counted
+    # it (see ``waves``), without compiling or simulating again
+    place: Callable[[int | None], "StagePrediction"] = dataclasses.field(repr=False, compare=False)
 
 
 def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies, *, fma_gflops: float,
@@ -386,12 +390,15 @@ def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latenci
     props = props or device.properties()
     hit = l1_hit_rate(stage, p, res, tile, props)
     eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit)
-    wv = waves(stage, p, res, tile, props, eff, busiest_sm_blocks)
-    occ = _occupancy(wv, props["sms"], eff)
-    pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=occ, fp32_flops=64,
-                           wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
-                           epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps)
-    return StagePrediction(pr, c, counted_from, tile, res, hit, eff, wv)
+
+    def place(busiest: int | None) -> StagePrediction:
+        wv = waves(stage, p, res, tile, props, eff, busiest)
+        pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=_occupancy(wv, props["sms"], eff),
+                               fp32_flops=64, wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
+                               epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps)
+        return StagePrediction(pr, c, counted_from, tile, res, hit, eff, wv, place)
+
+    return place(busiest_sm_blocks)
 
 
 def measure_latencies() -> perfmodel.Latencies:
