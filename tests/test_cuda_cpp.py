@@ -73,3 +73,12 @@ ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes c
     (r,) = cuda_cpp.parse_ptxas_log(log, "sm_90")
     assert (r.kernel, r.registers, r.spill_stores, r.spill_loads, r.stack_bytes, r.smem_bytes) == \
         ("k", 40, 4, 12, 8, 2048)
+
+
+def test_nvrtc_writes_into_its_own_buffers(tmp_path):
+    """A kernel without a ptxas report leaves a one-byte log; it must not land in Python's shared b" "."""
+    src = tmp_path / "empty.cu"
+    src.write_bytes(b'extern "C" __global__ void k(float *x) { x[0] = 1.0f; }')
+    log, cubin = cuda_cpp._nvrtc(src, src.read_bytes(), ["-arch=sm_90"])
+    assert cubin[:4] == b"\x7fELF" and isinstance(cubin, bytes)
+    assert bytes([32])[0] == 32   # the shared one-byte object still holds its space

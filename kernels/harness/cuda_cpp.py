@@ -142,18 +142,20 @@ def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
             del os.environ["CUDA_CACHE_DISABLE"]
         else:
             os.environ["CUDA_CACHE_DISABLE"] = saved
+    # NVRTC writes into the buffers it is given: a fresh bytearray each, never a bytes object (b" " * 1
+    # is the interpreter's one shared b" ", which an empty log's NUL would overwrite for every caller)
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    log = bytearray(size)
     nvrtc.nvrtcGetProgramLog(prog, log)
     log = log.decode(errors="replace").rstrip("\x00 ")
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         nvrtc.nvrtcDestroyProgram(prog)
         raise RuntimeError(f"NVRTC failed to compile {src.name} for {opts[0].removeprefix('-arch=')}:\n{log}")
     _, size = nvrtc.nvrtcGetCUBINSize(prog)
-    cubin = b" " * size
+    cubin = bytearray(size)
     nvrtc.nvrtcGetCUBIN(prog, cubin)
     nvrtc.nvrtcDestroyProgram(prog)
-    return log, cubin
+    return log, bytes(cubin)
 
 
 def _nvrtc_ok(err, what):
