@@ -36,7 +36,7 @@ COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes
 
 def count_rows(problems: list[str], names: list[str] | None = None) -> list[dict]:
     rows = []
-    skipped = stages.unsupported(model.target_props())
+    skipped = stages.unsupported(device.target_properties())
     for stage in names or stages.GPU_STAGES:
         if stage in skipped:
             print("skip", skipped[stage])
@@ -55,7 +55,7 @@ def launch_all(problem: str, names: list[str] | None = None) -> None:
     """Run every GPU stage (or those named) once on ``problem`` (for ncu or compute-sanitizer); check
     the results against the float64 reference where that takes seconds (conv1's would take minutes)."""
     p = common.PROBLEMS[problem]
-    for s in stages.all_gpu(model.target_props()):
+    for s in stages.all_gpu(device.target_properties()):
         if names and s.name not in names:
             continue
         if p.c % s.c_multiple or p.k % s.k_multiple:

@@ -160,20 +160,20 @@ def test_model_reads_the_sass_of_the_gpu_it_runs_on(monkeypatch):
     if not device.on_gpu():
         assert model.target_arch() == "sm_90"
     monkeypatch.setattr(device, "on_gpu", lambda: True)
-    monkeypatch.setattr(device, "properties", lambda: {**model.REFERENCE_PROPS, "cc": "86"})
+    monkeypatch.setattr(device, "properties", lambda: {**device.REFERENCE_PROPERTIES, "cc": "86"})
     assert model.target_arch() == "sm_86"
     assert model.compiled("DOUBLE BUFFER")[1].arch == "sm_86"
 
 
-T4 = {**model.REFERENCE_PROPS, "cc": "75", "smem_per_block_optin_bytes": 64 * 1024}
-RTX_4090 = {**model.REFERENCE_PROPS, "cc": "89", "smem_per_block_optin_bytes": 99 * 1024}
-A100 = {**model.REFERENCE_PROPS, "cc": "80", "smem_per_block_optin_bytes": 163 * 1024}
+T4 = {**device.REFERENCE_PROPERTIES, "cc": "75", "smem_per_block_optin_bytes": 64 * 1024}
+RTX_4090 = {**device.REFERENCE_PROPERTIES, "cc": "89", "smem_per_block_optin_bytes": 99 * 1024}
+A100 = {**device.REFERENCE_PROPERTIES, "cc": "80", "smem_per_block_optin_bytes": 163 * 1024}
 
 
 def test_stages_a_gpu_cannot_run_are_named_with_the_reason(monkeypatch):
     """HALO TILE needs cp.async (sm_80) and 113 KB of shared memory per block: an A100 runs every
     stage, an RTX 4090 and a T4 all but HALO TILE, and launching it there says why."""
-    assert stages.unsupported(model.REFERENCE_PROPS) == {} == stages.unsupported(A100)
+    assert stages.unsupported(device.REFERENCE_PROPERTIES) == {} == stages.unsupported(A100)
     assert list(stages.unsupported(T4)) == ["HALO TILE"] and "sm_80" in stages.unsupported(T4)["HALO TILE"]
     assert "113 KB" in stages.unsupported(RTX_4090)["HALO TILE"]
     assert [s.name for s in stages.all_gpu(RTX_4090)] == list(stages.GPU_STAGES[:-1])
@@ -265,7 +265,7 @@ def test_tap_reuse_counts_shared_pixels_exactly():
 def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
     """conv1's sweep over C = 64 channels fits in L1 beside the tiles (about 44% of sectors hit: input
     sectors, BM of BM + BN, at the tap reuse rate); conv2's 512 channels do not; cp.async.cg skips L1."""
-    props = model.REFERENCE_PROPS
+    props = device.REFERENCE_PROPERTIES
     res = cuda_cpp.Resources("k", "sm_90", registers=128, spill_stores=0, spill_loads=0, stack_bytes=0,
                              smem_bytes=12 * 1024)
     tile = cuda_stages.DEFAULTS["DOUBLE BUFFER"]
@@ -280,15 +280,15 @@ def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
 
 
 def test_l1_size_comes_from_the_compute_capability():
-    assert model.l1_smem_bytes(model.REFERENCE_PROPS) == 256 * 1024
-    assert model.l1_smem_bytes({**model.REFERENCE_PROPS, "cc": "80"}) == 192 * 1024
+    assert model.l1_smem_bytes(device.REFERENCE_PROPERTIES) == 256 * 1024
+    assert model.l1_smem_bytes({**device.REFERENCE_PROPERTIES, "cc": "80"}) == 192 * 1024
     assert model.l1_smem_bytes({"cc": "75", "smem_per_sm_bytes": 65536}) == 65536   # not listed: shared memory alone
 
 
 def test_occupancy_charges_the_tail_where_ncu_saw_it():
     """SPLIT-K on conv2: 600 blocks, 3 resident per SM (151 registers). A busiest SM with 5 blocks is
     the spread tail the model assumes; with 6 it ran two full waves."""
-    props = model.REFERENCE_PROPS
+    props = device.REFERENCE_PROPERTIES
     res = cuda_cpp.Resources("k", "sm_90", registers=151, spill_stores=0, spill_loads=0, stack_bytes=0,
                              smem_bytes=12544)
     p = common.PROBLEMS["conv2"]
@@ -323,7 +323,7 @@ def test_predict_composes_the_model():
     p, tile = common.PROBLEMS["conv2"], dict(cuda_stages.DEFAULTS["SPLIT-K"])
     w = perfmodel.Weights(1.0, 4.0, 1.07)
     lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32, l2_far=525)
-    props = model.REFERENCE_PROPS
+    props = device.REFERENCE_PROPERTIES
     rates = dict(fma_gflops=63000.0, copy_gbps=3000.0, wavefront_rate=1e12)
     got = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, **rates)
     sass, res = model.compiled("SPLIT-K", tile)

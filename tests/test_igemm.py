@@ -191,6 +191,81 @@ def test_cuda_steps_say_they_need_a_gpu():
         ig.conv(3, x, w)
 
 
+# ---- which GPU runs which step -------------------------------------------------------------------
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "cc": "90", "smem_per_block_optin_bytes": 232448, "sms": 132}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "cc": "80", "smem_per_block_optin_bytes": 166912, "sms": 108}
+RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "cc": "89", "smem_per_block_optin_bytes": 101376, "sms": 128}
+T4 = {"name": "Tesla T4", "cc": "75", "smem_per_block_optin_bytes": 65536, "sms": 40}
+
+
+def _left_out(props, stages=None):
+    return {step: why for step in ig.STEPS if (why := ig.unsupported(step, props, stages))}
+
+
+def test_the_h100_runs_every_step_at_every_depth():
+    assert _left_out(H100) == {}
+    for step, (low, high) in ig.STAGE_RANGE.items():
+        for stages in range(low, high + 1):
+            assert ig.unsupported(step, H100, stages) is None
+
+
+@pytest.mark.parametrize("props", [A100, RTX4090], ids=["A100", "RTX 4090"])
+def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
+    why = _left_out(props)
+    assert sorted(why) == [6, 7, 8]
+    cc = f"{props['cc'][0]}.{props['cc'][1]}"
+    assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
+    assert ig.unsupported(5, props, 5) is None                     # 83,200 B fit in 99 KB
+
+
+def test_the_t4_runs_steps_1_and_2_only():
+    why = _left_out(T4)
+    assert sorted(why) == [3, 4, 5, 6, 7, 8]
+    assert "mma.sync.m16n8k16" in why[3] and "sm_80" in why[3] and "this GPU is 7.5" in why[3]
+    assert "cp.async" in why[4] and "cp.async" in why[5] and "sm_80" in why[5]
+    assert "wgmma" in why[6]
+
+
+def test_shared_memory_over_the_opt_in_limit_is_named():
+    small = {"cc": "80", "smem_per_block_optin_bytes": 65536}      # a T4's 64 KB, with sm_80's instructions
+    assert ig.unsupported(4, small) is None                        # 3 stages: 49,920 B
+    why = ig.unsupported(4, small, 4)
+    assert "4 stages" in why and "66,560 B of shared memory" in why and "65,536 B" in why
+    assert "66,560 B" in ig.unsupported(5, small, 4)
+
+
+def test_the_launcher_refuses_a_step_this_gpu_cannot_run(monkeypatch):
+    """Before compiling anything: the reason, not NVRTC's or the driver's error. (On a "GPU" the
+    launcher's checks want device arrays first, so this calls the kernel builder it goes through.)"""
+    monkeypatch.setattr(device, "MODE", device.GPU)
+    monkeypatch.setattr(device, "properties", lambda: A100)
+    for step in ig.WGMMA:
+        with pytest.raises(RuntimeError, match=rf"step {step} uses wgmma, which needs a Hopper GPU .* is 8\.0"):
+            ig.cuda_kernel(step, ig.default_stages(step))
+    monkeypatch.setattr(device, "properties", lambda: T4)
+    with pytest.raises(RuntimeError, match=r"mma\.sync\.m16n8k16, which needs compute capability 8\.0"):
+        ig.cuda_kernel(3)
+
+
+def test_left_out_says_why_once(monkeypatch, capsys):
+    monkeypatch.setattr(device, "MODE", device.GPU)
+    monkeypatch.setattr(device, "properties", lambda: A100)
+    monkeypatch.setattr(ig, "_SAID", set())
+    assert ig.left_out(6, 3) and ig.left_out(6, 5) and not ig.left_out(5, 4)
+    assert capsys.readouterr().out == f"left out on this GPU: {ig.unsupported(6, A100)}\n"
+    monkeypatch.setattr(device, "MODE", device.SIM)
+    assert not ig.left_out(6)                                      # the simulator only compiles
+
+
+def test_profile_launches_what_the_gpu_can_run(capsys):
+    from kernels.igemm import profile
+    assert profile.runnable(H100) == list(profile.VARIANTS) and capsys.readouterr().out == ""
+    assert [step for _, step, _ in profile.runnable(A100)] == [3, 4, 4, 5]
+    assert capsys.readouterr().out.count("left out on this GPU: v") == 3
+    assert profile.runnable(T4) == []
+
+
 # ---- bank arithmetic -----------------------------------------------------------------------------
 
 def test_bank_model_basics():

@@ -34,7 +34,7 @@ def test_chase_loads_are_dependent_global_loads():
 
 @needs_sass
 def test_fma_loops_have_the_expected_shape():
-    report = {r["variant"]: r for r in compute.fma_loop_report()}
+    report = {r["variant"]: r for r in compute.fma_loop_report("sm_90")}
     assert report["v1 unroll 100"]["FFMA in loop"] == 100
     assert report["v2 double loop"]["FFMA in loop"] == 100
     assert 0 < report["v0 chain"]["FFMA in loop"] < 100
@@ -45,6 +45,8 @@ def test_fma_loops_have_the_expected_shape():
     assert report["v3 immediate"]["bank-conflicted FFMA"] == 0
     assert report["v4 two chains"]["bank-conflicted FFMA"] < 100
     assert report["v3 immediate"]["predicted FMA/cycle/SM"] > 1.8 * report["v2 double loop"]["predicted FMA/cycle/SM"]
+    # 64 FP32 lanes per SM on sm_80 cap every prediction
+    assert max(r["predicted FMA/cycle/SM"] for r in compute.fma_loop_report("sm_80")) == 64
 
 
 @needs_sass
@@ -96,6 +98,27 @@ def test_channel_strides_include_padded_powers_of_two():
     assert 128 in s and 16384 in s and 16384 + 128 in s and all(v % 64 == 0 for v in s)
 
 
+# What device.properties() says of an H100 and of a T4 (Colab's free GPU), as far as the memory probes care.
+H100_PROPS = {"cc": "90", "smem_per_block_optin_bytes": 232448, "global_mem_bytes": 85 * 2**30, "l2_bytes": 50 * 2**20}
+T4_PROPS = {"cc": "75", "smem_per_block_optin_bytes": 65536, "global_mem_bytes": 15 * 2**30, "l2_bytes": 4 * 2**20}
+
+
+def test_channel_strides_that_do_not_fit_are_left_out():
+    strides = memory.channel_strides()
+    assert memory.channels_that_fit(strides, 2**18, H100_PROPS) == (strides, None)
+    fits, why = memory.channels_that_fit(strides, 2**18, T4_PROPS)
+    assert fits == [s for s in strides if s < 2**16]
+    assert why == ("left out on this GPU: the channel probe at strides 65536, 65664 B, whose 262144 lines span "
+                   "up to 16,416 MiB, more than 90% of the GPU's 15,360 MiB")
+
+
+def test_l2_hit_working_set_is_4_mib_on_the_h100_and_inside_a_small_l2():
+    l2_hit = {gpu: dict((m, n) for m, n, *_ in memory.hit_cases(p["l2_bytes"]))["L2 hit latency"]
+              for gpu, p in (("H100", H100_PROPS), ("H200", {"l2_bytes": 60 * 2**20}), ("T4", T4_PROPS))}
+    assert l2_hit["H100"] == l2_hit["H200"] == 4 * 2**20  # the committed rows
+    assert 16 * 1024 < l2_hit["T4"] < T4_PROPS["l2_bytes"] // 2 and l2_hit["T4"] % 4096 == 0
+
+
 def test_register_limit_and_spills():
     rows = compute.register_report((64, 320))
     small, big = rows
@@ -104,12 +127,52 @@ def test_register_limit_and_spills():
     assert small["warps per SM"] > big["warps per SM"]
 
 
-def test_warps_per_sm_model():
+def test_warps_per_sm_model(monkeypatch):
+    monkeypatch.setattr(device, "on_gpu", lambda: False)  # the reference H100
     assert compute.warps_per_sm(32) == 64
     assert compute.warps_per_sm(64) == 32
     assert compute.warps_per_sm(255) == 8    # 256 per thread -> 8192 per warp
     with pytest.raises(ValueError, match="<= 255"):
         compute.warps_per_sm(256)
+
+
+GPUS = {  # what device.properties() says of three GPUs -> (FP32 lanes, warps) per SM
+    "A100": ({"name": "NVIDIA A100-SXM4-80GB", "cc": "80", "sms": 108, "max_threads_per_sm": 2048,
+              "regs_per_sm": 65536}, 64, 64),
+    "RTX 4090": ({"name": "NVIDIA GeForce RTX 4090", "cc": "89", "sms": 128, "max_threads_per_sm": 1536,
+                  "regs_per_sm": 65536}, 128, 48),
+    "H100": ({"name": "NVIDIA H100 80GB HBM3", "cc": "90", "sms": 132, "max_threads_per_sm": 2048,
+              "regs_per_sm": 65536}, 128, 64),
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_lanes_and_warps_come_from_the_device(monkeypatch, gpu):
+    props, lanes, warps = GPUS[gpu]
+    monkeypatch.setattr(device, "on_gpu", lambda: True)
+    monkeypatch.setattr(device, "properties", lambda: props)
+    assert common.lanes_per_sm() == lanes
+    assert compute.warps_per_sm(32) == warps  # 32 registers per thread would allow 64
+    assert common.sms() == props["sms"] and common.gpu_arch() == f"sm_{props['cc']}"
+    fma = common.row("fma v2 double loop", "1 x 1024 threads", "FMA per cycle per SM", 64.0, "FMA/cycle/SM")
+    per_lane = {e["probe"]: e["ours"] for e in common.summary([fma])}
+    assert per_lane["FMA per cycle per lane, one chain per thread"] == 64.0 / lanes
+
+
+def test_without_a_gpu_the_reference_h100_is_used(monkeypatch):
+    monkeypatch.setattr(device, "on_gpu", lambda: False)
+    assert device.target_properties() is device.REFERENCE_PROPERTIES
+    assert (common.lanes_per_sm(), compute.warps_per_sm(32), common.gpu_arch()) == (128, 64, "sm_90")
+    # stored rows of another GPU (the results page) name its compute capability
+    fma = common.row("fma v2 double loop", "1 x 1024 threads", "FMA per cycle per SM", 64.0, "FMA/cycle/SM")
+    per_lane = {e["probe"]: e["ours"] for e in common.summary([fma], cc="80")}
+    assert per_lane["FMA per cycle per lane, one chain per thread"] == 1.0
+
+
+def test_lanes_per_sm_takes_a_target_and_refuses_an_unknown_one():
+    assert common.lanes_per_sm("sm_80") == 64 and common.lanes_per_sm("sm_90a") == 128
+    with pytest.raises(ValueError, match="compute capability 61"):
+        common.lanes_per_sm("61")
 
 
 def test_bank_ways():

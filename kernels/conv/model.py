@@ -25,10 +25,6 @@ from ..harness import cuda_cpp, device, perfmodel, sass
 from . import cuda_stages
 from .common import Problem
 
-# The limits of the reference GPU (H100, H200: the same SMs), whose stored numbers the book shows, for
-# predictions made without a GPU (device.properties() keys).
-REFERENCE_PROPS = {"cc": "90", "sms": 132, "max_threads_per_sm": 2048, "regs_per_sm": 65536,
-                   "smem_per_sm_bytes": 233472, "smem_per_block_optin_bytes": 232448}
 NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_kernel(**GPU_TILE))
     "NAIVE": ("s1_naive", "conv_naive"),
     "COALESCING": ("s2_coalescing", "conv_coalescing"),
@@ -68,15 +64,10 @@ def _ptxas() -> str:
     raise FileNotFoundError("ptxas not found on PATH, in $CUDA_HOME/bin or in the nvidia pip wheels")
 
 
-def target_props() -> dict:
-    """The limits of the GPU the model predicts for: this one's; without a GPU, the reference GPU's."""
-    return device.properties() if device.on_gpu() else REFERENCE_PROPS
-
-
 def target_arch() -> str:
     """The SASS target the model reads: the one CuPy and Numba build the stages for on this GPU (without
     a GPU, the reference GPU's)."""
-    return f"sm_{target_props()['cc']}"
+    return f"sm_{device.target_properties()['cc']}"
 
 
 def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:

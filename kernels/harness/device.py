@@ -157,6 +157,18 @@ def properties() -> dict:
     }
 
 
+# The properties() of the reference GPU, the H100 the committed notebooks ran on: what the models take
+# where a notebook runs without a GPU and shows that GPU's stored numbers.
+REFERENCE_PROPERTIES = {"name": "NVIDIA H100 80GB HBM3", "cc": "90", "sms": 132, "l2_bytes": 52428800,
+                        "smem_per_sm_bytes": 233472, "smem_per_block_optin_bytes": 232448, "regs_per_sm": 65536,
+                        "max_threads_per_sm": 2048, "warp_size": 32, "global_mem_bytes": 85017493504}
+
+
+def target_properties() -> dict:
+    """``properties()`` of this GPU; without one, the reference GPU's."""
+    return properties() if on_gpu() else REFERENCE_PROPERTIES
+
+
 def environment() -> dict:
     """What a results row records: GPU, driver, CUDA, clocks, commit and date."""
     env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

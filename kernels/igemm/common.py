@@ -50,6 +50,9 @@ WGMMA = (6, 7, 8)                 # steps built for sm_90a (Hopper's wgmma)
 SPECIALIZED = (7, 8)              # warp-specialized steps: 128x256 tiles, a grid of `blocks` walking them
 # Steps 6-8 keep one wgmma batch in flight: 3 stages at least; 5 of steps 7-8's 48 KB no longer fit.
 STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5), 7: (3, 4), 8: (3, 4)}
+# The newest instruction of steps 2-5 and the compute capability it first exists on: NVRTC refuses it
+# for older GPUs. (Steps 6-8 need Hopper's wgmma: compute capability 9.0 exactly.)
+NEEDS = {2: ("WMMA", 70), 3: ("mma.sync.m16n8k16", 80), 4: ("cp.async", 80), 5: ("cp.async", 80)}
 
 
 @dataclass(frozen=True)
@@ -266,22 +269,54 @@ def threads(step: int) -> int:
     return WGMMA_THREADS if step == 6 else WS_THREADS if step in SPECIALIZED else THREADS
 
 
+def unsupported(step: int, props: dict, stages: int | None = None) -> str | None:
+    """Why the GPU ``props`` describes (``device.properties()``) cannot run ``step`` with ``stages``
+    (default: the step's own): an instruction it lacks, or more shared memory than a block may have;
+    None if it can."""
+    cc = int(props["cc"])
+    here = f"this GPU is {cc / 10:.1f}"
+    if step in WGMMA and cc != 90:
+        return (f"step {step} uses wgmma, which needs a Hopper GPU built for sm_90a "
+                f"(compute capability 9.0); {here}")
+    if step in NEEDS and cc < NEEDS[step][1]:
+        what, need = NEEDS[step]
+        return (f"step {step} uses {what}, which needs compute capability {need / 10:.1f} (sm_{need}) "
+                f"or newer; {here}")
+    if step in PIPELINED:
+        stages = default_stages(step) if stages is None else stages
+        smem, limit = smem_bytes(step, stages), props["smem_per_block_optin_bytes"]
+        if smem > limit:
+            return (f"step {step} with {stages} stages needs {smem:,} B of shared memory per block; "
+                    f"this GPU allows {limit:,} B")
+    return None
+
+
+_SAID: set[str] = set()
+
+
+def left_out(step: int, stages: int | None = None) -> bool:
+    """True on a GPU that cannot run ``step`` with ``stages``, after printing why -- once per reason,
+    so a step's later variants and measurements pass quietly; False in the simulator."""
+    why = device.on_gpu() and unsupported(step, device.properties(), stages)
+    if why and why not in _SAID:
+        _SAID.add(why)
+        print(f"left out on this GPU: {why}", flush=True)
+    return bool(why)
+
+
 @lru_cache(maxsize=None)
 def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
     """The compiled CUDA C++ kernel of ``step`` (2-8), with its dynamic shared memory allowed.
 
     ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
     from ..harness import cuda_cpp
+    if device.on_gpu() and (why := unsupported(step, device.properties(), stages)):
+        raise RuntimeError(why)   # before compiling: NVRTC's or the driver's error would not say why
     path, name = STEPS[step]
     if step not in PIPELINED:
         return cuda_cpp.load(path, name)
     options = (f"-DSTAGES={stages}",) + (("-DX_BYPASS_L1",) if x_bypass_l1 else ())
     if step in WGMMA:
-        import cupy
-        cc = cupy.cuda.Device().compute_capability
-        if cc != "90":
-            raise RuntimeError(f"step {step} uses wgmma, which needs a Hopper GPU built for sm_90a "
-                               f"(compute capability 9.0); this GPU is {cc[:-1]}.{cc[-1]}: use steps 2-5")
         kernel = cuda_cpp.load(path, name, options=options, arch="sm_90a")
         if step in SPECIALIZED and kernel.num_regs != WS_REGISTERS:
             # setmaxnreg only moves registers the block holds: with another count the consumers'
@@ -321,7 +356,8 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
         naive_blocks = -(-int(np.prod(problem.y_shape)) // NAIVE_THREADS)
         kernel = igemm_naive[naive_blocks, NAIVE_THREADS]
         return lambda: kernel(x, w, out, problem.pad, problem.stride)
-    kernel = cuda_kernel(step, stages, x_bypass_l1)   # raises a clear error in the simulator
+    # Raises a clear error in the simulator, or on a GPU that cannot run the step.
+    kernel = cuda_kernel(step, stages, x_bypass_l1)
     import cupy
     i32 = cupy.int32
     pr = problem

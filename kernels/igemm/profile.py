@@ -3,8 +3,8 @@
 
     ncu --csv --kernel-name regex:igemm <NCU_ARGS> python -m kernels.igemm.profile
 
-Prints the variants in launch order, so the profiler's kernels can be matched to them;
-``parse_ncu_csv`` turns the profiler's CSV into one row per launch.
+Prints the variants in launch order (and one line for each this GPU cannot run), so the profiler's
+kernels can be matched to them; ``parse_ncu_csv`` turns the profiler's CSV into one row per launch.
 """
 import csv
 import io
@@ -63,13 +63,28 @@ def parse_ncu_csv(text: str) -> list[dict]:
     return rows
 
 
+def runnable(props: dict) -> list:
+    """The VARIANTS the GPU ``props`` describes (``device.properties()``) can run, in launch order; one
+    line for each it cannot."""
+    from . import common as ig
+    keep = []
+    for label, step, options in VARIANTS:
+        if why := ig.unsupported(step, props, options.get("stages")):
+            print(f"left out on this GPU: {label}: {why}", flush=True)
+        else:
+            keep.append((label, step, options))
+    return keep
+
+
 def main() -> None:
     import cupy
 
+    from ..harness import device
     from . import common as ig
     x, w = ig.random_inputs(ig.PROBLEM, np.random.default_rng(0), cupy)
     out = cupy.empty(ig.PROBLEM.y_shape, dtype=cupy.float16)
-    launches = [(label, ig.launcher(step, x, w, out, **options)) for label, step, options in VARIANTS]
+    launches = [(label, ig.launcher(step, x, w, out, **options))
+                for label, step, options in runnable(device.properties())]
     for i, (label, launch) in enumerate(launches):   # compiled above: nothing but the kernels from here
         launch()
         cupy.cuda.Device().synchronize()

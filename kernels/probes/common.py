@@ -3,10 +3,11 @@ the SM clock, the parameter checks that run before any launch, and the row forma
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
-from ..harness import cuda_cpp, device
+from ..harness import ceilings, cuda_cpp, device
 
 HERE = Path(__file__).resolve().parent
 CHAPTER = "probes"
@@ -14,6 +15,17 @@ CHAPTER = "probes"
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
 MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+def gpu_arch() -> str:
+    """The compile target of this GPU (the reference's without one), e.g. "sm_90"."""
+    return f"sm_{device.target_properties()['cc']}"
+
+
+def lanes_per_sm(cc: str | None = None) -> int:
+    """FP32 lanes per SM of a compute capability ("80") or target ("sm_80"); default this GPU's."""
+    cc = re.sub(r"\D", "", cc or device.target_properties()["cc"])
+    if cc not in ceilings.FP32_LANES_PER_SM:
+        raise ValueError(f"no FP32 lane count known for compute capability {cc}")
+    return ceilings.FP32_LANES_PER_SM[cc]
 
 
 def options(defines: dict | None = None) -> tuple:
@@ -21,9 +33,9 @@ def options(defines: dict | None = None) -> tuple:
     return tuple(f"-D{k}={v}" for k, v in (defines or {}).items())
 
 
-def build(name: str, arch: str = "sm_90", defines: dict | None = None) -> cuda_cpp.Compiled:
-    """Compile ``kernels/probes/<name>`` with NVRTC (works without a GPU)."""
-    return cuda_cpp.compile_cubin(HERE / name, arch, options(defines))
+def build(name: str, arch: str | None = None, defines: dict | None = None) -> cuda_cpp.Compiled:
+    """Compile ``kernels/probes/<name>`` with NVRTC for ``arch`` (default ``gpu_arch()``; works without a GPU)."""
+    return cuda_cpp.compile_cubin(HERE / name, arch or gpu_arch(), options(defines))
 
 
 def load(name: str, function: str, defines: dict | None = None):
@@ -85,14 +97,12 @@ def working_set(nbytes, name: str = "working set", *, copies: int = 1) -> int:
     return nbytes
 
 
-@lru_cache(maxsize=None)
 def sms() -> int:
-    return device.properties()["sms"]
+    return device.target_properties()["sms"]
 
 
 def number(problem: str) -> int:
     """The first integer in a results row's problem text ("block 16x16x1" -> 16, "stride 64 B" -> 64)."""
-    import re
     m = re.search(r"\d+", problem)
     if not m:
         raise ValueError(f"no number in {problem!r}")
@@ -120,7 +130,6 @@ def clock_mhz() -> float:
 
 SEEDS = HERE.parents[1] / "data" / "seeds"
 MI25_CUS, MI25_LANES_PER_CU = 64, 64  # source 003: 64 compute units of 4 x 16-lane SIMDs
-LANES_PER_SM = 128  # FP32 lanes per SM of sm_90 (kernels/harness/ceilings.py FP32_LANES_PER_SM)
 
 
 def seeds(name: str) -> list[dict]:
@@ -140,10 +149,13 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def summary(rows: list[dict], sms: int | None = None) -> list[dict]:
-    """The chapter's one table: our number, the MI25's, the published Hopper range, and a verdict.
+def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> list[dict]:
+    """The chapter's one table: our number, the MI25's, the range published for the H100 (column
+    "published Hopper"), and a verdict.
 
-    ``rows``: our results rows (measured now or stored); ``sms``: the GPU's SM count (for the tail)."""
+    ``rows``: our results rows (measured now or stored); ``sms``: the GPU's SM count (for the tail);
+    ``cc``: its compute capability (for the per-lane rates; default this GPU's, or the reference's)."""
+    lanes = lanes_per_sm(cc)
     mi25, pub = seeds("probes_mi25"), {r["metric"]: r for r in seeds("probes_hopper_published")}
     fma_best = max([float(r["value"]) for r in rows if r["kernel"] in ("fma v0 chain", "fma v1 unroll 100", "fma v2 double loop")
                     and r["metric"] == "FMA per cycle per SM"], default=None)
@@ -168,10 +180,10 @@ def summary(rows: list[dict], sms: int | None = None) -> list[dict]:
          _ratio(_pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), MI25_CUS), "threads/cycle/SM", None),
         ("FMA per cycle per SM (CU), one chain per thread", fma_best,
          _pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), "FMA/cycle/SM", None),
-        ("FMA per cycle per lane, one chain per thread", _ratio(fma_best, LANES_PER_SM),
+        ("FMA per cycle per lane, one chain per thread", _ratio(fma_best, lanes),
          _ratio(_pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), MI25_LANES_PER_CU),
          "FMA/cycle/lane", None),
-        ("FMA per cycle per lane, no bank conflict (v3)", _ratio(fma_v3, LANES_PER_SM), None, "FMA/cycle/lane", None),
+        ("FMA per cycle per lane, no bank conflict (v3)", _ratio(fma_v3, lanes), None, "FMA/cycle/lane", None),
         ("tail: time(SMs + 1 blocks) / time(SMs)", tail, 21.383 / 10.963, "ratio", None),
         ("divergent / plain FMA rate", _ratio(_pick(rows, "fma divergent", "FMA per cycle per SM"),
                                               _pick(rows, "fma v0 chain", "FMA per cycle per SM", f"{sms} x 1024 threads")),

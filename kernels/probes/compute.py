@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..harness import check, sass, timing
+from ..harness import check, device, sass, timing
 from . import common
 from .common import positive_int, row
 
@@ -27,7 +27,7 @@ INNER = 100  # the double loop's unrolled inner trip count
 DOUBLE_LOOPS = ("v2 double loop", "v3 immediate", "v4 two chains")  # take outer = iters / INNER
 IMMEDIATE_ADDEND = np.float32(1e-8)  # fma_v3_immediate.cu's ADDEND
 WARP = 32
-SCHEDULERS_PER_SM = 4  # sm_70 and later: four sub-partitions of 32 lanes
+SCHEDULERS_PER_SM = 4  # sm_70 and later: four sub-partitions, each issuing one warp instruction per cycle
 LIVE_COUNTS = (32, 64, 128, 192, 224, 240, 256, 320)
 
 
@@ -168,15 +168,18 @@ def run_fma_tail(blocks_list, *, threads: int = 1024, iters: int = 2**18 - 44, r
 
 # --- 3. the register limit -----------------------------------------------------------------------
 
-def warps_per_sm(registers: int, *, regs_per_sm: int = 65536, max_warps: int = 64) -> int:
-    """Resident warps an SM can hold at ``registers`` per thread (allocated in units of 8 per thread)."""
+def warps_per_sm(registers: int) -> int:
+    """Resident warps an SM of this GPU (the reference H100 without one) can hold at ``registers`` per
+    thread (allocated in units of 8 per thread)."""
     registers = positive_int(registers, "registers", maximum=255)
     per_warp = math.ceil(registers / 8) * 8 * WARP
-    return min(max_warps, regs_per_sm // per_warp)
+    props = device.target_properties()
+    return min(props["max_threads_per_sm"] // WARP, props["regs_per_sm"] // per_warp)
 
 
-def register_report(live_counts=LIVE_COUNTS, arch: str = "sm_90") -> list[dict]:
-    """ptxas's registers and spills for the live-values kernel at each LIVE (compile only, no GPU)."""
+def register_report(live_counts=LIVE_COUNTS, arch: str | None = None) -> list[dict]:
+    """ptxas's registers and spills for the live-values kernel at each LIVE, and the warps per SM they
+    leave on this GPU (compile only, no GPU; ``arch`` defaults to ``common.gpu_arch()``)."""
     out = []
     for live in live_counts:
         positive_int(live, "live", maximum=1024)
@@ -266,7 +269,7 @@ def check_math(name: str, *, iters: int = 10) -> check.CheckResult:
     return check.compare(out, math_reference(name, 128, iters), atol=rtol, name=name)
 
 
-def math_report(names=tuple(MATH_FUNCS), arch: str = "sm_90") -> list[dict]:
+def math_report(names=tuple(MATH_FUNCS), arch: str | None = None) -> list[dict]:
     """SASS instructions per step (the 8-times unrolled loop body less its 3 loop instructions, over
     8; a slow path's instructions count whether taken or not) and the special ones per step: MUFU
     (the special-function unit) and FP64 arithmetic -- compile only."""
@@ -321,9 +324,12 @@ def issue_cycles(body) -> int:
     return len(body) + sass.bank_conflicts(body, "FFMA")
 
 
-def fma_loop_report(arch: str = "sm_90") -> list[dict]:
+def fma_loop_report(arch: str | None = None) -> list[dict]:
     """Per FMA variant: the hottest loop's FFMAs, other instructions and bank-conflicted FFMAs, and the
-    issue-bound rate they predict with enough warps: 4 schedulers x 32 lanes x FFMAs / issue cycles."""
+    issue-bound rate they predict with enough warps: 4 schedulers x 32 threads x FFMAs / issue cycles,
+    at most the FP32 lanes per SM of ``arch`` (default ``common.gpu_arch()``)."""
+    arch = arch or common.gpu_arch()
+    lanes = common.lanes_per_sm(arch)
     out = []
     for variant, (path, name) in FMA_KERNELS.items():
         ins = sass.disassemble(common.build(path, arch), name)
@@ -331,12 +337,14 @@ def fma_loop_report(arch: str = "sm_90") -> list[dict]:
         ffma = sum(i.base == "FFMA" for i in body)
         out.append({"variant": variant, "FFMA in loop": ffma, "other in loop": len(body) - ffma,
                     "bank-conflicted FFMA": sass.bank_conflicts(body, "FFMA"),
-                    "predicted FMA/cycle/SM": SCHEDULERS_PER_SM * WARP * ffma / issue_cycles(body) if body else 0.0,
+                    # with 64 lanes (sm_75, sm_80) a warp's FFMA holds its scheduler's 16 lanes two cycles
+                    "predicted FMA/cycle/SM": min(SCHEDULERS_PER_SM * WARP * ffma / issue_cycles(body), float(lanes))
+                    if body else 0.0,
                     "FFMA loops": sum(sum(i.base == "FFMA" for i in b) >= 4 for b in sass.loops(ins))})
     return out
 
 
-def uniform_report(arch: str = "sm_90") -> list[dict]:
+def uniform_report(arch: str | None = None) -> list[dict]:
     """Uniform-datapath instructions and FFMAs fed by uniform/constant operands, per kernel (compile only)."""
     compiled = common.build("uniform.cu", arch)
     out = []

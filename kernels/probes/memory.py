@@ -136,17 +136,23 @@ def run_latency_sweep(sizes, *, stride: int = 128, steps: int = 8192, l2_only: b
     return rows
 
 
+def hit_cases(l2_bytes: int) -> list[tuple]:
+    """(metric, working set, L1 skipped, warmed) of each hit latency: L1 hit (16 KiB), L2 hit (4 MiB,
+    well inside the near half of an H100's or H200's L2; a quarter of a smaller L2), L2 far hit (3/4 of
+    L2: more than the near half can hold) and HBM (random over 4 x L2)."""
+    positive_int(l2_bytes, "l2_bytes")
+    return [("L1 hit latency", 16 * 1024, False, True),
+            ("L2 hit latency", min(4 * 2**20, l2_bytes // 4 // 4096 * 4096), True, True),
+            ("L2 far latency", int(0.75 * l2_bytes) // 4096 * 4096, True, True),
+            ("HBM latency", 4 * l2_bytes, False, False)]
+
+
 def run_hit_latencies(*, steps: int = 8192) -> list[dict]:
-    """The numbers of the results table: L1 hit (16 KiB), L2 hit (4 MiB, L1 skipped), L2 far hit
-    (3/4 of L2, L1 skipped: more than the near half can hold) and HBM (random over 4 x L2), cycles
-    per load."""
+    """The numbers of the results table (``hit_cases``), cycles per load."""
     positive_int(steps, "steps")
     common.require_gpu("the hit-latency probe")
-    l2 = device.properties()["l2_bytes"]
-    cases = [("L1 hit latency", 16 * 1024, False, True), ("L2 hit latency", 4 * 2**20, True, True),
-             ("L2 far latency", int(0.75 * l2) // 4096 * 4096, True, True), ("HBM latency", 4 * l2, False, False)]
     rows = []
-    for metric, nbytes, l2_only, warm in cases:
+    for metric, nbytes, l2_only, warm in hit_cases(device.properties()["l2_bytes"]):
         buf = build_chain(nbytes, 128, "random")
         cyc = run_chase(buf, steps=steps, warm=nbytes // 128 if warm else 0, l2_only=l2_only, flush=not warm)
         del buf
@@ -235,12 +241,31 @@ def channel_strides() -> list[int]:
     return sorted(powers + [s + 128 for s in powers if s >= 4096])
 
 
+def channel_footprint(stride: int, lines: int) -> int:
+    """Bytes from the first line the channel probe reads to the end of the last."""
+    return (lines - 1) * stride + 128
+
+
+def channels_that_fit(strides, lines: int, props: dict) -> tuple[list[int], str | None]:
+    """The ``strides`` whose footprint fits in 90% of the GPU's memory (``props``: device.properties()),
+    and one line naming those left out (None if none is). Each stride kept reads the same ``lines``
+    lines as on a larger GPU, so the strides compare as they do there."""
+    limit = 0.9 * props["global_mem_bytes"]
+    fits = [s for s in strides if channel_footprint(s, lines) <= limit]
+    out = [s for s in strides if s not in fits]
+    if not out:
+        return fits, None
+    return fits, (f"left out on this GPU: the channel probe at strides {', '.join(map(str, out))} B, whose "
+                  f"{lines} lines span up to {channel_footprint(max(out), lines) / 2**20:,.0f} MiB, more than "
+                  f"90% of the GPU's {props['global_mem_bytes'] / 2**20:,.0f} MiB")
+
+
 def _channel_params(stride: int, lines: int) -> int:
     stride = positive_int(stride, "stride")
     if stride % 64:
         raise ValueError(f"stride must be a multiple of 64 bytes, got {stride}")
     positive_int(lines, "lines", maximum=2**30)
-    return common.working_set((lines - 1) * stride + 128, "footprint")
+    return common.working_set(channel_footprint(stride, lines), "footprint")
 
 
 def run_channels(strides, *, lines: int = 2**18, repeat: int = 10) -> list[dict]:

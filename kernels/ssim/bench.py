@@ -112,9 +112,10 @@ def resources(version: str) -> dict:
     """Registers and local memory per thread, shared memory per block, for the compiled kernel.
 
     Numba versions: the kernel compiled for the last launch (run the version once first);
-    CUDA C++ versions: ptxas's report for this GPU's architecture.
+    CUDA C++ versions: ptxas's report for this GPU's architecture (a RuntimeError if it cannot run it).
     """
     if version in common.CUDA_VERSIONS:
+        cuda_versions.require_runnable(version)
         arch = "sm_" + device.properties()["cc"] if device.on_gpu() else "sm_90"
         (r,) = [r for r in cuda_cpp.compile_cubin(cuda_versions.source(version), arch).resources
                 if r.kernel == cuda_versions.kernel_name(version)]
@@ -282,19 +283,20 @@ def _peer_rows_here(shape, version: str) -> dict:
 def main(versions=None) -> None:
     """``python -m kernels.ssim.bench [VERSION ...]``: measure versions at the benchmark size (inference,
     training for the register-pipeline versions, the fused mean where there is one) and print one line
-    each; records nothing."""
+    each, and one for each version this GPU cannot run; records nothing."""
     from kernels.harness import ceilings as ceilings_module
     if not device.on_gpu():
         print("needs a CUDA GPU")
         return
+    versions = cuda_versions.runnable(versions or common.VERSIONS)
     ceil = ceilings_module.measure()
     sets = inputs(common.BENCH_SHAPE)
-    for v in versions or list(common.VERSIONS):
+    for v in versions:
         print(describe(measure(v, common.BENCH_SHAPE, ceil, sets=sets), v), flush=True)
-    for v in [v for v in (versions or common.VERSIONS) if v in ("V3", "V4", *common.BEYOND)]:
+    for v in [v for v in versions if v in ("V3", "V4", *common.BEYOND)]:
         m = measure(v, common.BENCH_SHAPE, ceil, training=True, sets=sets)
         print(describe(m, v) + "  [training]", flush=True)
-    for v in [v for v in (versions or common.VERSIONS) if v in common.fused_mean_versions()]:
+    for v in [v for v in versions if v in common.fused_mean_versions()]:
         for valid in (False, True):
             m = measure_mean(v, common.BENCH_SHAPE, valid=valid, sets=sets)
             print(f"{v} SSIM value{' (valid)' if valid else ''}: map + mean {m['map + mean ms']:.4f} ms, "

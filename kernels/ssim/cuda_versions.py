@@ -10,14 +10,47 @@ from functools import lru_cache
 
 import numpy as np
 
-from kernels.harness import cuda_cpp
+from kernels.harness import cuda_cpp, device
 
-from .common import VERSIONS, planes
+from .common import CUDA_VERSIONS, VERSIONS, planes
 
 GPU_TILE: dict = {}  # the geometry is fixed in each .cu file
 SIM_TILE: dict = {}
 _CONSTANT = re.compile(r"constexpr int (\w+) = ([^;]+);")
 HEADER = cuda_cpp.source_path("ssim/ssim_common.cuh")  # the constants every .cu file includes
+# V7 on copy rows with cp.async (copy_async in ssim_common.cuh), an sm_80 instruction; V3-V6 use
+# __pipeline_memcpy_async, which compiles to plain copies before sm_80.
+ASYNC_COPY = CUDA_VERSIONS[CUDA_VERSIONS.index("V7"):]
+
+
+def unsupported(version: str, props: dict) -> str | None:
+    """Why the GPU described by ``props`` (device.properties()) cannot run ``version``, or None.
+
+    Only the compute capability matters: every version's static shared memory (5 KB at most) is far
+    below the 48 KB any GPU gives a block."""
+    if version in ASYNC_COPY and int(props["cc"]) < 80:
+        return f"{version} copies rows with cp.async, which needs sm_80 or later; this GPU is sm_{props['cc']}"
+    return None
+
+
+def runnable(versions) -> list[str]:
+    """The ``versions`` this GPU can run, printing one line for each left out (all of them without a
+    GPU, where the reference GPU's stored runs stand in)."""
+    if not device.on_gpu():
+        return list(versions)
+    kept = []
+    for v in versions:
+        if why := unsupported(v, device.properties()):
+            print(f"left out on this GPU: {why}")
+        else:
+            kept.append(v)
+    return kept
+
+
+def require_runnable(version: str) -> None:
+    """A RuntimeError saying why, where this GPU cannot run ``version`` (instead of a compiler error)."""
+    if device.on_gpu() and (why := unsupported(version, device.properties())):
+        raise RuntimeError(why)
 
 
 def source(version: str) -> str:
@@ -44,6 +77,7 @@ def geometry(version: str) -> dict:
 
 @lru_cache(maxsize=None)
 def kernel(version: str):
+    require_runnable(version)
     return cuda_cpp.load(source(version), kernel_name(version))
 
 
@@ -65,6 +99,7 @@ def has_fused_mean(version: str) -> bool:
 
 @lru_cache(maxsize=None)
 def mean_kernel(version: str):
+    require_runnable(version)
     return cuda_cpp.load(source(version), kernel_name(version) + "_mean")
 
 
