@@ -203,8 +203,10 @@ def probes_summary(data: dict) -> str:
         return ""
     columns: dict = {}
     for gpu, latest in sorted(by_gpu.items()):
-        sms = data.get("machine", {}).get(gpu, {}).get(("device", "-", "sms"))
-        summary = common.summary(list(latest.values()), int(float(sms["value"])) if sms else None)
+        machine = data.get("machine", {}).get(gpu, {})
+        sms, cc = machine.get(("device", "-", "sms")), machine.get(("device", "-", "cc"))   # recorded by chapter 01
+        summary = common.summary(list(latest.values()), int(float(sms["value"])) if sms else None,
+                                 cc=cc["value"] if cc else None)   # per-lane rates: this GPU's lanes
         columns[gpu] = {e["probe"]: e for e in summary}
     first = next(iter(columns.values()))
     rows = [{"probe": p, "unit": e["unit"],

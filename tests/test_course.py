@@ -44,6 +44,19 @@ def test_results_page_with_two_gpus_and_a_subset_of_chapters(tmp_path):
     assert images and all((out / "results" / name).stat().st_size > 1000 for name in images)
 
 
+def test_probes_summary_divides_by_each_gpus_own_lanes(tmp_path):
+    """A GPU's FMA rate per lane uses its own FP32 lanes (64 per SM on an A100, 128 on an H100), from
+    the compute capability its machine chapter recorded."""
+    root = tmp_path / "results"
+    fma = ("fma v2 double loop", "1 x 1024 threads", "FMA per cycle per SM", 64.0, "FMA/cycle/SM")
+    for gpu, cc in (("GPU Hopper", "90"), ("GPU Ampere", "80")):
+        write_rows(root, gpu, "probes", [fma])
+        write_rows(root, gpu, "machine", [("device", "-", "cc", cc, ""), ("device", "-", "sms", 100, "")])
+    table = results_page.probes_summary(results_page.measured(root))
+    (per_lane,) = [line for line in table.splitlines() if line.startswith("| FMA per cycle per lane, one chain")]
+    assert "| 1 | 0.5 |" in per_lane   # columns in name order: Ampere 64 / 64, Hopper 64 / 128
+
+
 def test_results_page_without_any_results(tmp_path):
     md = results_page.write(tmp_path / "none", tmp_path / "generated").read_text()
     assert "No GPU has recorded results yet." in md
