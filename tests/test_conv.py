@@ -340,7 +340,8 @@ def test_predict_composes_the_model():
     assert (got.waves.blocks, got.waves.warps_per_block, got.waves.resident) == (600, 4, 3)
     assert got.waves.per_sm == [3, 3] and spread.waves.per_sm == [3, 2] and spread.waves.tail == 2
     placed = got.place(5)   # placed again, without compiling or simulating again
-    assert placed.prediction == spread.prediction and placed.waves == spread.waves and placed.efficiency is got.efficiency
+    assert placed.prediction == spread.prediction and placed.waves == spread.waves
+    assert placed.efficiency is got.efficiency
     assert spread.place(None).prediction == got.prediction
 
 

@@ -251,8 +251,9 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
     by the tap, over all C channels, and BN filter columns over all C. A pixel loaded at one tap comes
     back at the next taps that reach it; it is still in L1 if what the SM's resident blocks load in
     between -- one tap's sweep, resident x C x (BM + BN) x 4 bytes -- fits in the L1 that their shared
-    memory leaves (of ``l1_smem_bytes``). Then input sectors hit at the ``tap_reuse`` rate and filter sectors (BN : BM of the
-    input's) are taken as misses; otherwise nothing hits. HALO TILE's cp.async.cg copies skip L1: 0."""
+    memory leaves (of ``l1_smem_bytes``). Then input sectors hit at the ``tap_reuse`` rate and filter
+    sectors (BN : BM of the input's) are taken as misses; otherwise nothing hits. HALO TILE's
+    cp.async.cg copies skip L1: 0."""
     name = cuda_stage(stage)
     if name not in cuda_stages.FILES or name == "HALO TILE":
         return 0.0
