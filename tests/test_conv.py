@@ -10,6 +10,7 @@ import pytest
 
 from kernels.harness import check, cuda_cpp, device
 from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
+from gpus import A100, RTX_4090, T4
 
 ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)      # no size a multiple of any tile
 SIM_STAGES = stages.simulator()
@@ -160,14 +161,9 @@ def test_model_reads_the_sass_of_the_gpu_it_runs_on(monkeypatch):
     if not device.on_gpu():
         assert model.target_arch() == "sm_90"
     monkeypatch.setattr(device, "on_gpu", lambda: True)
-    monkeypatch.setattr(device, "properties", lambda: {**device.REFERENCE_PROPERTIES, "cc": "86"})
-    assert model.target_arch() == "sm_86"
-    assert model.compiled("DOUBLE BUFFER")[1].arch == "sm_86"
-
-
-T4 = {**device.REFERENCE_PROPERTIES, "cc": "75", "smem_per_block_optin_bytes": 64 * 1024}
-RTX_4090 = {**device.REFERENCE_PROPERTIES, "cc": "89", "smem_per_block_optin_bytes": 99 * 1024}
-A100 = {**device.REFERENCE_PROPERTIES, "cc": "80", "smem_per_block_optin_bytes": 163 * 1024}
+    monkeypatch.setattr(device, "properties", lambda: RTX_4090)
+    assert model.target_arch() == "sm_89"
+    assert model.compiled("DOUBLE BUFFER")[1].arch == "sm_89"
 
 
 def test_stages_a_gpu_cannot_run_are_named_with_the_reason(monkeypatch):
@@ -276,13 +272,13 @@ def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
     assert model.l1_hit_rate("DOUBLE BUFFER", conv2, res, tile, props) == 0.0
     assert model.l1_hit_rate("HALO TILE", conv1, res, cuda_stages.DEFAULTS["HALO TILE"], props) == 0.0
     # an RTX 4090's SM (128 KB of L1 and shared memory) cannot hold a tap's sweep of three resident blocks
-    assert model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, {**props, "cc": "89"}) == 0.0
+    assert model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, RTX_4090) == 0.0
 
 
 def test_l1_size_comes_from_the_compute_capability():
     assert model.l1_smem_bytes(device.REFERENCE_PROPERTIES) == 256 * 1024
-    assert model.l1_smem_bytes({**device.REFERENCE_PROPERTIES, "cc": "80"}) == 192 * 1024
-    assert model.l1_smem_bytes({"cc": "75", "smem_per_sm_bytes": 65536}) == 65536   # not listed: shared memory alone
+    assert model.l1_smem_bytes(A100) == 192 * 1024
+    assert model.l1_smem_bytes(T4) == 64 * 1024   # not listed: shared memory alone
 
 
 def test_occupancy_charges_the_tail_where_ncu_saw_it():

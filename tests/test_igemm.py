@@ -6,6 +6,7 @@ import pytest
 from kernels.harness import check, cuda_cpp, device, sass
 from kernels.igemm import banks
 from kernels.igemm import common as ig
+from gpus import A100, H100, RTX_4090, T4
 
 SIM_PROBLEMS = [
     ig.CI_PROBLEM,
@@ -193,12 +194,6 @@ def test_cuda_steps_say_they_need_a_gpu():
 
 # ---- which GPU runs which step -------------------------------------------------------------------
 
-H100 = {"name": "NVIDIA H100 80GB HBM3", "cc": "90", "smem_per_block_optin_bytes": 232448, "sms": 132}
-A100 = {"name": "NVIDIA A100-SXM4-80GB", "cc": "80", "smem_per_block_optin_bytes": 166912, "sms": 108}
-RTX4090 = {"name": "NVIDIA GeForce RTX 4090", "cc": "89", "smem_per_block_optin_bytes": 101376, "sms": 128}
-T4 = {"name": "Tesla T4", "cc": "75", "smem_per_block_optin_bytes": 65536, "sms": 40}
-
-
 def _left_out(props, stages=None):
     return {step: why for step in ig.STEPS if (why := ig.unsupported(step, props, stages))}
 
@@ -210,7 +205,7 @@ def test_the_h100_runs_every_step_at_every_depth():
             assert ig.unsupported(step, H100, stages) is None
 
 
-@pytest.mark.parametrize("props", [A100, RTX4090], ids=["A100", "RTX 4090"])
+@pytest.mark.parametrize("props", [A100, RTX_4090], ids=["A100", "RTX 4090"])
 def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     why = _left_out(props)
     assert sorted(why) == [6, 7, 8]

@@ -8,6 +8,7 @@ import pytest
 
 from kernels.harness import check, device, sass
 from kernels.probes import batchnorm, common, compute, memory, nchw, reduction
+from gpus import A100, H100, RTX_4090, T4
 
 SOURCES = sorted(p.name for p in common.HERE.glob("*.cu"))
 needs_sass = pytest.mark.skipif(not sass.available(), reason="no nvdisasm/cuobjdump (pip install nvidia-cuda-nvdisasm)")
@@ -98,15 +99,10 @@ def test_channel_strides_include_padded_powers_of_two():
     assert 128 in s and 16384 in s and 16384 + 128 in s and all(v % 64 == 0 for v in s)
 
 
-# What device.properties() says of an H100 and of a T4 (Colab's free GPU), as far as the memory probes care.
-H100_PROPS = {"cc": "90", "smem_per_block_optin_bytes": 232448, "global_mem_bytes": 85 * 2**30, "l2_bytes": 50 * 2**20}
-T4_PROPS = {"cc": "75", "smem_per_block_optin_bytes": 65536, "global_mem_bytes": 15 * 2**30, "l2_bytes": 4 * 2**20}
-
-
 def test_channel_strides_that_do_not_fit_are_left_out():
     strides = memory.channel_strides()
-    assert memory.channels_that_fit(strides, 2**18, H100_PROPS) == (strides, None)
-    fits, why = memory.channels_that_fit(strides, 2**18, T4_PROPS)
+    assert memory.channels_that_fit(strides, 2**18, H100) == (strides, None)
+    fits, why = memory.channels_that_fit(strides, 2**18, T4)
     assert fits == [s for s in strides if s < 2**16]
     assert why == ("left out on this GPU: the channel probe at strides 65536, 65664 B, whose 262144 lines span "
                    "up to 16,416 MiB, more than 90% of the GPU's 15,360 MiB")
@@ -114,9 +110,9 @@ def test_channel_strides_that_do_not_fit_are_left_out():
 
 def test_l2_hit_working_set_is_4_mib_on_the_h100_and_inside_a_small_l2():
     l2_hit = {gpu: dict((m, n) for m, n, *_ in memory.hit_cases(p["l2_bytes"]))["L2 hit latency"]
-              for gpu, p in (("H100", H100_PROPS), ("H200", {"l2_bytes": 60 * 2**20}), ("T4", T4_PROPS))}
+              for gpu, p in (("H100", H100), ("H200", {"l2_bytes": 60 * 2**20}), ("T4", T4))}
     assert l2_hit["H100"] == l2_hit["H200"] == 4 * 2**20  # the committed rows
-    assert 16 * 1024 < l2_hit["T4"] < T4_PROPS["l2_bytes"] // 2 and l2_hit["T4"] % 4096 == 0
+    assert 16 * 1024 < l2_hit["T4"] < T4["l2_bytes"] // 2 and l2_hit["T4"] % 4096 == 0
 
 
 def test_register_limit_and_spills():
@@ -136,14 +132,7 @@ def test_warps_per_sm_model(monkeypatch):
         compute.warps_per_sm(256)
 
 
-GPUS = {  # what device.properties() says of three GPUs -> (FP32 lanes, warps) per SM
-    "A100": ({"name": "NVIDIA A100-SXM4-80GB", "cc": "80", "sms": 108, "max_threads_per_sm": 2048,
-              "regs_per_sm": 65536}, 64, 64),
-    "RTX 4090": ({"name": "NVIDIA GeForce RTX 4090", "cc": "89", "sms": 128, "max_threads_per_sm": 1536,
-                  "regs_per_sm": 65536}, 128, 48),
-    "H100": ({"name": "NVIDIA H100 80GB HBM3", "cc": "90", "sms": 132, "max_threads_per_sm": 2048,
-              "regs_per_sm": 65536}, 128, 64),
-}
+GPUS = {"A100": (A100, 64, 64), "RTX 4090": (RTX_4090, 128, 48), "H100": (H100, 128, 64)}   # (FP32 lanes, warps) per SM
 
 
 @pytest.mark.parametrize("gpu", GPUS)

@@ -8,6 +8,7 @@ import pytest
 
 from kernels.harness import check, cuda_cpp, device
 from kernels.ssim import backward, common, cuda_versions
+from gpus import H100, T4
 
 pytestmark = pytest.mark.skipif(device.MODE == device.NONE, reason="needs numba-cuda (GPU or simulator)")
 
@@ -296,14 +297,9 @@ def test_cuda_geometry_read_from_source():
     assert cuda_versions.geometry("V4") == {"threads": 32, "cols": 64, "rows": 72}
 
 
-# What device.properties() says of an H100 and of a T4 (Colab's free GPU), as far as the versions care.
-H100_PROPS = {"cc": "90", "smem_per_block_optin_bytes": 232448, "global_mem_bytes": 85 * 2**30, "l2_bytes": 50 * 2**20}
-T4_PROPS = {"cc": "75", "smem_per_block_optin_bytes": 65536, "global_mem_bytes": 15 * 2**30, "l2_bytes": 4 * 2**20}
-
-
 def test_versions_a_gpu_cannot_run():
-    assert not any(cuda_versions.unsupported(v, H100_PROPS) for v in common.VERSIONS)
-    reasons = {v: why for v in common.VERSIONS if (why := cuda_versions.unsupported(v, T4_PROPS))}
+    assert not any(cuda_versions.unsupported(v, H100) for v in common.VERSIONS)
+    reasons = {v: why for v in common.VERSIONS if (why := cuda_versions.unsupported(v, T4))}
     assert list(reasons) == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"]
     assert all(why.startswith(f"{v} copies rows with cp.async") and "sm_80" in why and why.endswith("sm_75")
                for v, why in reasons.items())
@@ -313,7 +309,7 @@ def test_versions_a_gpu_cannot_run():
 def test_unsupported_is_what_fails_to_compile_for_sm_75(version):
     """The versions left out on a T4 are exactly those NVRTC refuses for sm_75, and no version's shared
     memory limits it: all fit the 48 KB any GPU gives a block without opting in (a T4 allows 64 KB)."""
-    if cuda_versions.unsupported(version, T4_PROPS):
+    if cuda_versions.unsupported(version, T4):
         with pytest.raises(RuntimeError, match="'cp.async' requires .target sm_80"):
             cuda_cpp.compile_cubin(cuda_versions.source(version), "sm_75")
     else:
@@ -325,7 +321,7 @@ def test_unsupported_is_what_fails_to_compile_for_sm_75(version):
 def test_on_a_t4_versions_are_left_out_with_one_line_each(monkeypatch, capsys):
     from kernels.ssim import bench
     monkeypatch.setattr(device, "on_gpu", lambda: True)
-    monkeypatch.setattr(device, "properties", lambda: T4_PROPS)
+    monkeypatch.setattr(device, "properties", lambda: T4)
     assert cuda_versions.runnable(common.BEYOND) == ["V5", "V6"]
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[5] for line in lines] == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"]
@@ -335,7 +331,7 @@ def test_on_a_t4_versions_are_left_out_with_one_line_each(monkeypatch, capsys):
                    lambda: bench.resources("V14")):
         with pytest.raises(RuntimeError, match="cp.async, which needs sm_80 or later; this GPU is sm_75"):
             launch()
-    monkeypatch.setattr(device, "properties", lambda: H100_PROPS)
+    monkeypatch.setattr(device, "properties", lambda: H100)
     assert cuda_versions.runnable(common.BEYOND) == common.BEYOND and not capsys.readouterr().out
     cuda_versions.require_runnable("V14")
 
