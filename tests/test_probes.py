@@ -142,7 +142,7 @@ def test_lanes_and_warps_come_from_the_device(monkeypatch, gpu):
     monkeypatch.setattr(device, "properties", lambda: props)
     assert common.lanes_per_sm() == lanes
     assert compute.warps_per_sm(32) == warps  # 32 registers per thread would allow 64
-    assert common.sms() == props["sms"] and common.gpu_arch() == f"sm_{props['cc']}"
+    assert common.sms() == props["sms"] and device.target_arch() == f"sm_{props['cc']}"
     fma = common.row("fma v2 double loop", "1 x 1024 threads", "FMA per cycle per SM", 64.0, "FMA/cycle/SM")
     per_lane = {e["probe"]: e["ours"] for e in common.summary([fma])}
     assert per_lane["FMA per cycle per lane, one chain per thread"] == 64.0 / lanes
@@ -151,7 +151,7 @@ def test_lanes_and_warps_come_from_the_device(monkeypatch, gpu):
 def test_without_a_gpu_the_reference_h100_is_used(monkeypatch):
     monkeypatch.setattr(device, "on_gpu", lambda: False)
     assert device.target_properties() is device.REFERENCE_PROPERTIES
-    assert (common.lanes_per_sm(), compute.warps_per_sm(32), common.gpu_arch()) == (128, 64, "sm_90")
+    assert (common.lanes_per_sm(), compute.warps_per_sm(32), device.target_arch()) == (128, 64, "sm_90")
     # stored rows of another GPU (the results page) name its compute capability
     fma = common.row("fma v2 double loop", "1 x 1024 threads", "FMA per cycle per SM", 64.0, "FMA/cycle/SM")
     per_lane = {e["probe"]: e["ours"] for e in common.summary([fma], cc="80")}

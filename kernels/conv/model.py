@@ -64,15 +64,10 @@ def _ptxas() -> str:
     raise FileNotFoundError("ptxas not found on PATH, in $CUDA_HOME/bin or in the nvidia pip wheels")
 
 
-def target_arch() -> str:
-    """The SASS target the model reads: the one CuPy and Numba build the stages for on this GPU (without
-    a GPU, the reference GPU's)."""
-    return f"sm_{device.target_properties()['cc']}"
-
-
 def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:
-    """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` (``target_arch()``) outside the simulator."""
-    arch = arch or target_arch()
+    """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` (``device.target_arch()``) outside the
+    simulator."""
+    arch = arch or device.target_arch()
     if device.MODE == device.SIM:
         raise RuntimeError("Numba's PTX needs the real numba.cuda; the simulator cannot compile kernels")
     import importlib
@@ -96,8 +91,8 @@ def cuda_stage(stage: str) -> str:
 
 
 def compiled(stage: str, tile: dict | None = None, arch: str | None = None) -> tuple[str, cuda_cpp.Resources]:
-    """(SASS text, registers/shared memory) of one stage, for ``arch`` (``target_arch()``)."""
-    arch = arch or target_arch()
+    """(SASS text, registers/shared memory) of one stage, for ``arch`` (``device.target_arch()``)."""
+    arch = arch or device.target_arch()
     if stage in NUMBA_KERNELS:
         cubin, log = numba_cubin(stage, arch)
         resources = cuda_cpp.parse_ptxas_log(log, arch)

@@ -16,7 +16,8 @@ def all_gpu(props: dict | None = None) -> list[Stage]:
     (device.properties() keys), only those that GPU can run."""
     every = [s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, s4_shared.STAGE,
              cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8, cuda_stages.S10]
-    return [s for s in every if props is None or s.name not in unsupported(props)]
+    skipped = unsupported(props) if props is not None else {}
+    return [s for s in every if s.name not in skipped]
 
 
 def unsupported(props: dict) -> dict[str, str]:

@@ -169,6 +169,12 @@ def target_properties() -> dict:
     return properties() if on_gpu() else REFERENCE_PROPERTIES
 
 
+def target_arch() -> str:
+    """The compile target of ``target_properties()``, e.g. "sm_90": the code CuPy and Numba build for
+    this GPU, or for the reference GPU without one."""
+    return f"sm_{target_properties()['cc']}"
+
+
 def environment() -> dict:
     """What a results row records: GPU, driver, CUDA, clocks, commit and date."""
     env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -15,11 +15,6 @@ CHAPTER = "probes"
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
 MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
-def gpu_arch() -> str:
-    """The compile target of this GPU (the reference's without one), e.g. "sm_90"."""
-    return f"sm_{device.target_properties()['cc']}"
-
-
 def lanes_per_sm(cc: str | None = None) -> int:
     """FP32 lanes per SM of a compute capability ("80") or target ("sm_80"); default this GPU's."""
     cc = re.sub(r"\D", "", cc or device.target_properties()["cc"])
@@ -34,8 +29,9 @@ def options(defines: dict | None = None) -> tuple:
 
 
 def build(name: str, arch: str | None = None, defines: dict | None = None) -> cuda_cpp.Compiled:
-    """Compile ``kernels/probes/<name>`` with NVRTC for ``arch`` (default ``gpu_arch()``; works without a GPU)."""
-    return cuda_cpp.compile_cubin(HERE / name, arch or gpu_arch(), options(defines))
+    """Compile ``kernels/probes/<name>`` with NVRTC for ``arch`` (default ``device.target_arch()``);
+    works without a GPU."""
+    return cuda_cpp.compile_cubin(HERE / name, arch or device.target_arch(), options(defines))
 
 
 def load(name: str, function: str, defines: dict | None = None):

@@ -179,7 +179,7 @@ def warps_per_sm(registers: int) -> int:
 
 def register_report(live_counts=LIVE_COUNTS, arch: str | None = None) -> list[dict]:
     """ptxas's registers and spills for the live-values kernel at each LIVE, and the warps per SM they
-    leave on this GPU (compile only, no GPU; ``arch`` defaults to ``common.gpu_arch()``)."""
+    leave on this GPU (compile only, no GPU; ``arch`` defaults to ``device.target_arch()``)."""
     out = []
     for live in live_counts:
         positive_int(live, "live", maximum=1024)
@@ -327,8 +327,8 @@ def issue_cycles(body) -> int:
 def fma_loop_report(arch: str | None = None) -> list[dict]:
     """Per FMA variant: the hottest loop's FFMAs, other instructions and bank-conflicted FFMAs, and the
     issue-bound rate they predict with enough warps: 4 schedulers x 32 threads x FFMAs / issue cycles,
-    at most the FP32 lanes per SM of ``arch`` (default ``common.gpu_arch()``)."""
-    arch = arch or common.gpu_arch()
+    at most the FP32 lanes per SM of ``arch`` (default ``device.target_arch()``)."""
+    arch = arch or device.target_arch()
     lanes = common.lanes_per_sm(arch)
     out = []
     for variant, (path, name) in FMA_KERNELS.items():
