@@ -116,7 +116,7 @@ def resources(version: str) -> dict:
     """
     if version in common.CUDA_VERSIONS:
         cuda_versions.require_runnable(version)
-        arch = "sm_" + device.target_properties()["cc"]
+        arch = device.target_arch()
         (r,) = [r for r in cuda_cpp.compile_cubin(cuda_versions.source(version), arch).resources
                 if r.kernel == cuda_versions.kernel_name(version)]
         return {"version": version, "registers": r.registers, "local bytes": r.stack_bytes,
