@@ -314,6 +314,13 @@ def test_nchw_matches_numpy():
 
 
 @pytest.mark.gpu
+def test_clock_probe_agrees_with_the_host_clock():
+    rows = {r["metric"]: r["value"] for r in memory.run_clock(spin=2**30)}
+    assert 200 < rows["sm clock"] < 5000  # MHz
+    assert rows["sm clock, host timer"] == pytest.approx(rows["sm clock"], rel=0.02)
+
+
+@pytest.mark.gpu
 def test_latency_probes_give_plausible_cycles():
     clock = memory.run_clock(spin=2**22)[0]["value"]
     assert 200 < clock < 5000  # MHz
