@@ -30,7 +30,7 @@ PAD_BLOCK = 256
 def run_clock(spin: int = 2**31) -> list[dict]:
     """The SM clock in MHz: clock64() cycles over %globaltimer nanoseconds while one thread spins, and
     the same cycles over the host's clock around the launch, a check of the GPU's timer (the launch and
-    the copy back add tens of microseconds: against the default spin of about a second, under 0.01%)."""
+    the copy back add a fraction of a millisecond: about 0.02% of the default spin, about a second)."""
     positive_int(spin, "spin", maximum=2**40)
     common.require_gpu("the clock probe")
     import cupy
