@@ -322,8 +322,6 @@ def test_clock_probe_agrees_with_the_host_clock():
 
 @pytest.mark.gpu
 def test_latency_probes_give_plausible_cycles():
-    clock = memory.run_clock(spin=2**22)[0]["value"]
-    assert 200 < clock < 5000  # MHz
     rows = {r["metric"]: r["value"] for r in memory.run_hit_latencies(steps=1024)}
     assert 0 < rows["L1 hit latency"] < rows["L2 hit latency"] < rows["HBM latency"]
     assert memory.run_smem_latency(steps=512)[0]["value"] < rows["L2 hit latency"]
