@@ -114,11 +114,12 @@ _clock_mhz: float | None = None
 
 
 def clock_mhz() -> float:
-    """The SM clock measured by the clock probe (``memory.run_clock``), measured once per session."""
+    """The SM clock measured by the clock probe (``memory.run_clock``), measured once per session; a
+    short spin, since only %globaltimer's reading is used (the host's check wants the long one)."""
     global _clock_mhz
     if _clock_mhz is None:
         from .memory import run_clock
-        _clock_mhz = next(r["value"] for r in run_clock() if r["metric"] == "sm clock")
+        _clock_mhz = next(r["value"] for r in run_clock(spin=2**24) if r["metric"] == "sm clock")
     return _clock_mhz
 
 
