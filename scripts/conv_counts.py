@@ -8,8 +8,9 @@
                                                   # -> data/results/<gpu>/conv_ncu_<problem>.csv
     python scripts/conv_counts.py --ncu conv1 --stages "HALO TILE"   # only these stages; their rows
                                                   # replace theirs in the CSV, the others' are kept
-    compute-sanitizer --tool memcheck --report-api-errors no python scripts/conv_counts.py --launch odd4
+    compute-sanitizer --tool memcheck --report-api-errors no python scripts/conv_counts.py --launch tiny odd4
                                                   # odd sizes, every stage checked against the reference
+                                                  # (tiny: odd channel counts, for the Numba stages)
 
 The notebook reads both files; numbers measured on a GPU are never typed in.
 """
@@ -99,7 +100,7 @@ def run_ncu(problem: str, names: list[str] | None = None) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--launch", choices=sorted(common.PROBLEMS), help="run every stage once on this problem")
+    ap.add_argument("--launch", nargs="+", choices=sorted(common.PROBLEMS), help="run every stage once on each problem")
     ap.add_argument("--ncu", nargs="+", choices=sorted(common.PROBLEMS), help="count every stage with ncu")
     ap.add_argument("--problems", nargs="+", default=["conv1", "conv2"])
     ap.add_argument("--stages", nargs="+", choices=stages.GPU_STAGES, help="only these stages (default: all)")
@@ -107,7 +108,8 @@ def main() -> None:
     if device.MODE != device.GPU:
         sys.exit("this script needs a GPU (Numba's PTX and the CUDA C++ launches)")
     if args.launch:
-        launch_all(args.launch, args.stages)
+        for problem in args.launch:
+            launch_all(problem, args.stages)
         return
     if args.ncu:
         for problem in args.ncu:

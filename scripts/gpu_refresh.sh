@@ -23,7 +23,7 @@ for part in "$@"; do
         tests) step gpu-test make gpu-test PYTHON="$PYTHON" ;;
         sanitize)
             step memcheck-ssim memcheck scripts/ssim_sanitize.py
-            step memcheck-conv memcheck scripts/conv_counts.py --launch odd4
+            step memcheck-conv memcheck scripts/conv_counts.py --launch tiny odd4
             step memcheck-igemm memcheck -m kernels.igemm.memcheck ;;
         notebooks) step rerun-all make rerun-all PYTHON="$PYTHON" UPDATE=1 ;;
         *) echo "unknown part $part (tests, sanitize, notebooks)"; exit 2 ;;

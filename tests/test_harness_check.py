@@ -67,3 +67,21 @@ def test_require_array_names_what_was_expected():
         check.require_array(np.zeros((0, 3)), "img")
     with pytest.raises(TypeError, match="expected an array"):
         check.require_array([1.0], "img")
+
+
+def test_memcheck_without_a_gpu_says_so_in_one_line(capsys):
+    if check.device.on_gpu():
+        pytest.skip("this machine has a GPU: the GPU test below runs memcheck")
+    assert check.memcheck(["-c", "pass"]) is None
+    assert capsys.readouterr().out == "compute-sanitizer needs a GPU; its verdict is in the GPU run of this chapter.\n"
+
+
+_WRITE = ("import cupy; k = cupy.RawKernel(r'extern \"C\" __global__ void w(float* p, int i) {{ p[i] = 1.f; }}', 'w'); "
+          "a = cupy.zeros(4, cupy.float32); k((1,), (1,), (a, cupy.int32({index}))); cupy.cuda.Device().synchronize()")
+
+
+@pytest.mark.gpu
+def test_memcheck_tells_a_clean_run_from_an_out_of_bounds_write(capsys):
+    assert check.memcheck(["-c", _WRITE.format(index=3)]) is True
+    assert check.memcheck(["-c", _WRITE.format(index=1 << 24)]) is False
+    assert "memcheck: errors found" in capsys.readouterr().out

@@ -5,7 +5,11 @@ it reads the same on a GPU and in the simulator; ``result.detail`` carries the n
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -118,6 +122,27 @@ def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: t
     if not _c_contiguous(x):
         raise ValueError(f"{name}: expected a C-contiguous array (use cupy.ascontiguousarray)")
     return x
+
+
+MEMCHECK_ERRORS = 86   # compute-sanitizer's exit code when it finds errors, told apart from the program's own
+
+
+def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None:
+    """Run ``python *args`` from the repository's root under compute-sanitizer's memcheck, which reports
+    an out-of-bounds or misaligned access even where it does not change a result; print the end of
+    its report and a verdict. True if clean; without a GPU or compute-sanitizer, one line and None."""
+    if not device.on_gpu() or not shutil.which("compute-sanitizer"):
+        print("compute-sanitizer needs a GPU; its verdict is in the GPU run of this chapter.")
+        return None
+    proc = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--report-api-errors", "no",
+                           "--error-exitcode", str(MEMCHECK_ERRORS), sys.executable, *args],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=timeout)
+    print("\n".join(proc.stdout.splitlines()[-tail:]))
+    print(proc.stderr[-1500:])
+    verdict = {0: "clean", MEMCHECK_ERRORS: "errors found (report above)"}.get(
+        proc.returncode, f"FAILED: the program exited with {proc.returncode}")
+    print("memcheck:", verdict)
+    return proc.returncode == 0
 
 
 def _c_contiguous(x) -> bool:
