@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # For maintainers, on a GPU machine: refresh everything the book measures.
 #   scripts/gpu_refresh.sh tests      the tests marked gpu
-#   scripts/gpu_refresh.sh sanitize   compute-sanitizer memcheck on every chapter's odd-size run
-#   scripts/gpu_refresh.sh notebooks  every chapter re-executed in place (make rerun-all UPDATE=1)
+#   scripts/gpu_refresh.sh notebooks  every chapter re-executed in place (make rerun-all UPDATE=1); the
+#                                     SSIM, convolution and implicit-GEMM chapters run compute-sanitizer
+#                                     on their kernels themselves (check.memcheck)
 # Logs go to $LOGS (default build/gpu-logs). PYTHON=python3 where there is no .venv.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,16 +18,11 @@ step() {  # step NAME COMMAND...: run, log, and report the exit code
     echo "$name: exit $rc ($(tail -n 1 "$LOGS/$name.log"))"
     [ $rc -eq 0 ] || status=1
 }
-memcheck() { compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$PYTHON" "$@"; }
 for part in "$@"; do
     case $part in
         tests) step gpu-test make gpu-test PYTHON="$PYTHON" ;;
-        sanitize)
-            step memcheck-ssim memcheck scripts/ssim_sanitize.py
-            step memcheck-conv memcheck scripts/conv_counts.py --launch tiny odd4
-            step memcheck-igemm memcheck -m kernels.igemm.memcheck ;;
         notebooks) step rerun-all make rerun-all PYTHON="$PYTHON" UPDATE=1 ;;
-        *) echo "unknown part $part (tests, sanitize, notebooks)"; exit 2 ;;
+        *) echo "unknown part $part (tests, notebooks)"; exit 2 ;;
     esac
 done
 exit $status
