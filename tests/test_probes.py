@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernels.harness import check, device, sass
-from kernels.probes import batchnorm, common, compute, memory, nchw, reduction
+from kernels.probes import batchnorm, common, compute, memcheck, memory, nchw, reduction
 from gpus import A100, H100, RTX_4090, T4
 
 SOURCES = sorted(p.name for p in common.HERE.glob("*.cu"))
@@ -256,6 +256,14 @@ def test_good_parameters_need_a_gpu_on_the_cpu():
         batchnorm.run_batchnorm([("v1 two passes", 1)], pixels=100)
 
 
+@cpu_only
+def test_memcheck_script_needs_a_gpu_and_names_its_parts(capsys):
+    assert memcheck.main(["compute"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="parts must be among"):
+        memcheck.main(["caches"])
+
+
 # The simulator has no warp shuffles, so the shuffle version is checked on a GPU only.
 @pytest.mark.parametrize("variant", [v if v != "shuffle" else pytest.param(v, marks=pytest.mark.gpu)
                                      for v in reduction.variants()])
@@ -318,6 +326,15 @@ def test_clock_probe_agrees_with_the_host_clock():
     rows = {r["metric"]: r["value"] for r in memory.run_clock(spin=2**30)}
     assert 200 < rows["sm clock"] < 5000  # MHz
     assert rows["sm clock, host timer"] == pytest.approx(rows["sm clock"], rel=0.02)
+
+
+@pytest.mark.gpu
+def test_memcheck_script_runs_every_probe_and_its_checks_pass(capsys):
+    assert memcheck.main([]) == 0   # without the sanitizer: the chapters run it under compute-sanitizer
+    out = capsys.readouterr().out
+    names = [name for runs in memcheck.PARTS.values() for name, _ in runs()]
+    checks = sum(name.startswith("check ") for name in names)
+    assert out.count("PASS") == checks and out.count("ran ") == len(names) - checks and "FAIL" not in out
 
 
 @pytest.mark.gpu
