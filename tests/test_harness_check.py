@@ -76,6 +76,13 @@ def test_memcheck_without_a_gpu_says_so_in_one_line(capsys):
     assert capsys.readouterr().out == "compute-sanitizer needs a GPU; its verdict is in the GPU run of this chapter.\n"
 
 
+def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkeypatch, capsys):
+    monkeypatch.setattr(check.device, "on_gpu", lambda: True)
+    monkeypatch.setattr(check.shutil, "which", lambda name: None)
+    assert check.memcheck(["-c", "pass"]) is None
+    assert capsys.readouterr().out.startswith("compute-sanitizer is not on PATH (it comes with the CUDA toolkit")
+
+
 _WRITE = ("import cupy; k = cupy.RawKernel(r'extern \"C\" __global__ void w(float* p, int i) {{ p[i] = 1.f; }}', 'w'); "
           "a = cupy.zeros(4, cupy.float32); k((1,), (1,), (a, cupy.int32({index}))); cupy.cuda.Device().synchronize()")
 
