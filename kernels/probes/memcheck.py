@@ -31,20 +31,7 @@ def compute_runs():
 
 def memory_runs():
     """(name, call) of the memory chapter, as ``compute_runs``."""
-    import math
-
-    import cupy
-    import numpy as np
-
-    from ..harness import check
     from . import batchnorm, memory, nchw, reduction
-
-    def check_block_sums(variant, n=64 * 3 + 17, block=64):   # a partial last block
-        x = np.random.default_rng(1).random(n, dtype=np.float32)
-        partial = check.poison(cupy.empty(math.ceil(n / block), dtype=cupy.float32))
-        reduction.block_sums(variant, cupy.asarray(x), partial, block)
-        return check.compare(partial, reduction.reference(x, block), atol=reduction.tolerance(block),
-                             name=f"block sums, {variant}")
 
     versions = list(memory.PADDING_FILES)
     bn_cases = [("v0 three passes", 1), ("v1 two passes", 1)] + [("v2 registers", k)
@@ -52,7 +39,7 @@ def memory_runs():
     runs = [(f"check divergence {d}", lambda d=d: memory.check_mem_divergence(d, n=1000)) for d in (0, 1, 31)]
     runs += [(f"check {v}", lambda v=v, ch=ch: memory.check_padding(v, ch, shape=(3, 16, 5, 7), p=2))
              for v in versions for ch in (1, 4)]
-    runs += [(f"check {v}", lambda v=v: check_block_sums(v)) for v in reduction.variants()]
+    runs += [(f"check {v}", lambda v=v: reduction.check_block_sums(v)) for v in reduction.variants()]
     runs += [("check NCHW", lambda: nchw.check_nchw((3, 5, 7, 9), block=64))]
     runs += [(f"check {v} {k}", lambda v=v, k=k: batchnorm.check_batchnorm(v, k, pixels=333)) for v, k in bn_cases]
     return runs + [

@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from ..harness import check, timing
+from ..harness import check, device, timing
 from . import common
 from .common import positive_int, row
 
@@ -116,6 +116,16 @@ def reference(x: np.ndarray, block: int) -> np.ndarray:
 def tolerance(block: int) -> float:
     """float32 rounding of a sum of ``block`` values in [0, 1): about log2(block) roundings of <= block."""
     return block * math.log2(max(block, 2)) * 2.0**-23
+
+
+def check_block_sums(variant: str, *, n: int = 64 * 5 + 3, block: int = 64, seed: int | None = None) -> check.CheckResult:
+    """One variant on fresh random input (n not a multiple of block: a partial last block) with poisoned
+    output, against float64 (the shuffle variant needs a GPU: the simulator has no warp shuffles)."""
+    x = np.random.default_rng(seed).random(positive_int(n, "n"), dtype=np.float32)
+    xp = device.xp()
+    partial = check.poison(xp.empty(math.ceil(n / block), dtype=np.float32))
+    block_sums(variant, xp.asarray(x), partial, block)
+    return check.compare(partial, reference(x, block), atol=tolerance(block), name=f"block sums, {variant}")
 
 
 def run_reduction(variant_list, *, n: int = 2**26, block: int = 256, repeat: int = 20) -> list[dict]:
