@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # For maintainers, on a GPU machine: refresh everything the book measures.
 #   scripts/gpu_refresh.sh tests      the tests marked gpu
-#   scripts/gpu_refresh.sh notebooks  every chapter re-executed in place (make rerun-all UPDATE=1); the
-#                                     SSIM, convolution and implicit-GEMM chapters run compute-sanitizer
-#                                     on their kernels themselves (check.memcheck)
+#   scripts/gpu_refresh.sh notebooks  every chapter re-executed in place (make rerun-all UPDATE=1); every
+#                                     chapter runs compute-sanitizer on its kernels itself (check.memcheck)
 # Logs go to $LOGS (default build/gpu-logs). PYTHON=python3 where there is no .venv.
 set -uo pipefail
 cd "$(dirname "$0")/.."
