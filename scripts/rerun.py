@@ -44,6 +44,8 @@ def main() -> int:
     mine, reference = env["gpu_slug"], results.REFERENCE_GPU
     # The reference as committed, before this run appends (when this GPU is the reference GPU).
     before = {c: results.latest(c, reference) for c in results.chapters(reference)}
+    lab_run = {k: env.get(k) for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",
+                                       "max_sm_clock_mhz", "max_mem_clock_mhz")} | {"software": device.software()}
     out_dir = ROOT / "build" / "rerun" / mine
     out_dir.mkdir(parents=True, exist_ok=True)
     for nb in notebooks:
@@ -55,9 +57,7 @@ def main() -> int:
         for cell in executed.cells:  # papermill's copy of the parameters: the book shows the original only
             if "injected-parameters" in cell.metadata.get("tags", []) and "remove-cell" not in cell.metadata.tags:
                 cell.metadata.tags.append("remove-cell")
-        executed.metadata["lab_run"] = {k: env.get(k) for k in
-                                        ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",
-                                         "max_sm_clock_mhz", "max_mem_clock_mhz")}
+        executed.metadata["lab_run"] = lab_run
         nbformat.write(executed, target)
     print(f"\nThis run on {env['gpu']} vs the reference GPU {reference} (as committed)")
     print(f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} {'ratio':>6}")

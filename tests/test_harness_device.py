@@ -37,6 +37,25 @@ def test_environment_names_gpu_commit_and_date():
     assert env["date"].endswith("Z")
 
 
+def test_software_names_the_installed_versions():
+    from importlib import metadata
+    sw = device.software()
+    assert {"python", "numpy", "numba", "numba-cuda"} <= sw.keys()
+    assert sw["numpy"] == metadata.version("numpy") and sw["numba-cuda"] == metadata.version("numba-cuda")
+    assert ("cupy" in sw and "nvrtc" in sw) == device.on_gpu()
+
+
+@pytest.mark.parametrize("encoded, expected", [(91900, "9.19.0"), (90100, "9.1.0"), (8907, "8.9.7")])
+def test_cudnn_version_decodes_both_encodings(monkeypatch, encoded, expected):
+    """cuDNN 9 counts minor versions in hundreds (91900 = 9.19.0), cuDNN 8 did not (8907 = 8.9.7)."""
+    import sys
+    import types
+    from kernels.harness import cudnn_conv
+    fake = types.SimpleNamespace(backend_version=lambda: encoded, __version__="1.32.0")
+    monkeypatch.setitem(sys.modules, "cudnn", fake)
+    assert cudnn_conv.version() == f"{expected} (frontend 1.32.0)"
+
+
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
 def test_properties_without_gpu_is_a_clear_error():
     with pytest.raises(RuntimeError, match="need a GPU"):

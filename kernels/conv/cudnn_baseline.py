@@ -8,6 +8,7 @@ the nvidia-cudnn-frontend and nvidia-cudnn wheels (requirements-gpu.txt) and a G
 from __future__ import annotations
 
 from ..harness import cudnn_conv, device
+from ..harness.cudnn_conv import version  # noqa: F401  (the cuDNN the baseline runs on)
 from .common import Problem
 
 

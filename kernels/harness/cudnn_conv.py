@@ -23,6 +23,18 @@ def missing() -> str | None:
     return None if version else "cuDNN frontend loaded but reports no backend version"
 
 
+def version() -> str | None:
+    """The cuDNN library the frontend loaded and the frontend's own version, as in "9.19.0 (frontend
+    1.32.0)"; None where ``missing()`` says why not. A baseline's time depends on both."""
+    if missing():
+        return None
+    import cudnn
+    v = cudnn.backend_version()
+    # cuDNN 9 encodes MAJOR * 10000 + MINOR * 100 + PATCH; cuDNN 8 encoded MAJOR * 1000 + MINOR * 100 + PATCH.
+    major, rest = divmod(v, 10000) if v >= 90000 else divmod(v, 1000)
+    return f"{major}.{rest // 100}.{rest % 100} (frontend {cudnn.__version__})"
+
+
 @dataclass
 class PlanTiming:
     index: int

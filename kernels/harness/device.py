@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import datetime
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -191,6 +192,28 @@ def environment() -> dict:
             "driver": _driver_version() or f"{drv // 1000}.{drv % 1000 // 10}",
             "cuda_runtime": f"{run // 1000}.{run % 1000 // 10}"}
     return env | current_clocks()
+
+
+def software() -> dict:
+    """Versions of what compiled and launched this run's kernels: Python, NumPy, Numba, numba-cuda and,
+    on a GPU, CuPy, its NVRTC and cuDNN where it loads. A number can move with any of them, as with
+    the driver; the results rows record the driver and CUDA runtime, ``scripts/rerun.py`` these too."""
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for dist in ("numpy", "numba", "numba-cuda"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    if MODE == GPU:
+        import cupy
+        from .cudnn_conv import version
+        out["cupy"] = cupy.__version__
+        out["nvrtc"] = ".".join(map(str, cupy.cuda.nvrtc.getVersion()))
+        cudnn = version()
+        if cudnn:
+            out["cudnn"] = cudnn
+    return out
 
 
 def _driver_version() -> str:
