@@ -197,7 +197,8 @@ def environment() -> dict:
 def software() -> dict:
     """Versions of what compiled and launched this run's kernels: Python, NumPy, Numba, numba-cuda and,
     on a GPU, CuPy, its NVRTC and cuDNN where it loads. A number can move with any of them, as with
-    the driver; the results rows record the driver and CUDA runtime, ``scripts/rerun.py`` these too."""
+    the driver and CUDA runtime that the results rows record; ``scripts/rerun.py`` keeps these in the
+    executed notebook's metadata."""
     from importlib import metadata
     out = {"python": platform.python_version()}
     for dist in ("numpy", "numba", "numba-cuda"):
