@@ -428,22 +428,29 @@ def test_cudnn_baseline_says_in_one_line_why_it_cannot_run():
         cudnn_baseline.CudnnConv(GPU_PROBLEMS[1])
 
 
+def test_cudnn_graph_refuses_an_unknown_layout():
+    from kernels.harness import cudnn_conv
+    with pytest.raises(ValueError, match="layout must be one of"):
+        cudnn_conv.ConvFprop(1, 4, 5, 5, 4, dtype="float", layout="chwn")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
-def test_gpu_cudnn_baseline_matches_reference():
-    """Every FP32 plan that runs computes the convolution: the fastest is the one the chapter times."""
+@pytest.mark.parametrize("layout", cudnn_baseline.LAYOUTS)
+def test_gpu_cudnn_baseline_matches_reference(layout):
+    """The fastest FP32 plan of each layout computes the convolution: the chapter times both."""
     if cudnn_baseline.unavailable():
         pytest.skip(cudnn_baseline.unavailable())
     import cupy
     p = GPU_PROBLEMS[1]
     x, f = common.random_inputs(p)
-    xs, fs = (cupy.asarray(a) for a in common.to_layout(x, f, "nhwc"))
-    conv = cudnn_baseline.CudnnConv(p)
-    y = check.poison(cupy.empty(common.shapes(p, "nhwc")[2], dtype=cupy.float32))
-    best = conv.fastest(conv.time_plans(xs, conv.filter_layout(fs), y, repeat=3))
+    conv = cudnn_baseline.CudnnConv(p, layout)
+    xs, fs = conv.operands(x, f)
+    y = check.poison(cupy.empty(common.shapes(p, layout)[2], dtype=cupy.float32))
+    best = conv.fastest(conv.time_plans(xs, fs, y, repeat=3))
     check.poison(y)
-    conv.launcher(best.index, xs, conv.filter_layout(fs), y)()
-    check.assert_close(common.output_to_nchw(y, "nhwc"), common.reference(x, f), atol=common.tolerance(p), rtol=1e-5)
+    conv.launcher(best.index, xs, fs, y)()
+    check.assert_close(common.output_to_nchw(y, layout), common.reference(x, f), atol=common.tolerance(p), rtol=1e-5)
 
 
 @pytest.mark.gpu

@@ -43,27 +43,41 @@ class PlanTiming:
     note: str = ""
 
 
+LAYOUTS = ("nhwc", "nchw")
+
+
 class ConvFprop:
-    """One convolution graph: NHWC input, KRSC filters, NHWC output, all ``dtype`` ("half" or "float"),
-    FP32 compute. ``tensor_cores=False`` drops the plans cuDNN marks as using tensor cores (for "float":
-    TF32), so the baseline computes in FP32 like the kernels it is compared with."""
+    """One convolution graph: all ``dtype`` ("half" or "float"), FP32 compute, in ``layout``: NHWC
+    input, KRSC filters and NHWC output, or NCHW, KCRS and NCHW. ``tensor_cores=False`` drops the plans
+    cuDNN marks as using tensor cores (for "float": TF32), so the baseline computes in FP32 like the
+    kernels it is compared with."""
 
     def __init__(self, n: int, c: int, h: int, w: int, k: int, r: int = 3, s: int = 3, pad: int = 1,
-                 stride: int = 1, dtype: str = "half", tensor_cores: bool = True):
+                 stride: int = 1, dtype: str = "half", tensor_cores: bool = True, layout: str = "nhwc"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         import cudnn
         types = {"half": cudnn.data_type.HALF, "float": cudnn.data_type.FLOAT}
         if dtype not in types:
             raise ValueError(f"dtype must be one of {sorted(types)}, got {dtype!r}")
+        self.layout = layout
         io, f32 = types[dtype], cudnn.data_type.FLOAT
         p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+
+        def strides(ch: int, rows: int, cols: int) -> list[int]:
+            """Strides of a tensor cuDNN names [batch, ch, rows, cols], channels innermost or outermost."""
+            if layout == "nhwc":
+                return [rows * cols * ch, 1, cols * ch, ch]
+            return [ch * rows * cols, rows * cols, cols, 1]
+
         self.handle = cudnn.create_handle()
         g = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32, handle=self.handle)
-        # cuDNN names dimensions N, C, H, W whatever the layout; the strides say NHWC / KRSC.
-        self.x = g.tensor(name="x", dim=[n, c, h, w], stride=[h * w * c, 1, w * c, c], data_type=io)
-        self.w = g.tensor(name="w", dim=[k, c, r, s], stride=[r * s * c, 1, s * c, c], data_type=io)
+        # cuDNN names dimensions N, C, H, W whatever the layout; the strides say where they lie.
+        self.x = g.tensor(name="x", dim=[n, c, h, w], stride=strides(c, h, w), data_type=io)
+        self.w = g.tensor(name="w", dim=[k, c, r, s], stride=strides(c, r, s), data_type=io)
         self.y = g.conv_fprop(image=self.x, weight=self.w, padding=[pad, pad], stride=[stride, stride],
                               dilation=[1, 1], compute_data_type=f32, name="conv")
-        self.y.set_output(True).set_data_type(io).set_dim([n, k, p, q]).set_stride([p * q * k, 1, q * k, k])
+        self.y.set_output(True).set_data_type(io).set_dim([n, k, p, q]).set_stride(strides(k, p, q))
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -80,7 +94,7 @@ class ConvFprop:
         return self.graph.get_plan_name_at_index(index)
 
     def launcher(self, index: int, x, w, out):
-        """A function that enqueues plan ``index`` on (x, w) -> out; CuPy arrays, NHWC / KRSC."""
+        """A function that enqueues plan ``index`` on (x, w) -> out; CuPy arrays in the graph's layout."""
         import cupy
         pack = {self.x: x.data.ptr, self.w: w.data.ptr, self.y: out.data.ptr}
         workspace = cupy.empty(max(1, self.graph.get_workspace_size_plan_at_index(index)), dtype=cupy.uint8)
