@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.harness import device, results  # noqa: E402  (device first: it picks the mode)
+from kernels.harness import check, device, results  # noqa: E402  (the package picks the mode first)
 from kernels.conv import common, stages  # noqa: E402
 from kernels.conv import model  # noqa: E402
 from kernels.harness import perfmodel  # noqa: E402
@@ -77,7 +76,9 @@ def ncu_path(problem: str) -> Path:
 def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     """Every stage (or those named) once on ``problem`` under Nsight Compute with the model's metrics;
     the CSV's path. With ``names``, rows of other kernels already in the CSV are kept."""
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    ncu = check.cuda_tool("ncu", "the counts")
+    if not ncu:
+        raise RuntimeError("ncu is needed to count the stages' instructions (see the line above)")
     cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join((*perfmodel.NCU_METRICS, *EXTRA_METRICS)),
            sys.executable, __file__, "--launch", problem, *(["--stages", *names] if names else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

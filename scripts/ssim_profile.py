@@ -58,16 +58,16 @@ def child(versions) -> None:
 
 
 def main(versions) -> int:
-    from kernels.harness import device
+    from kernels.harness import check, device
     from kernels.harness.results import RESULTS
     from kernels.ssim import common
-    if not device.on_gpu():
-        print("needs a CUDA GPU and ncu")
+    ncu = check.cuda_tool("ncu", "its table of counters")
+    if not ncu:
         return 1
     versions = versions or [*common.VERSIONS, *(f"{v} mean" for v in common.fused_mean_versions())]
     rows = []
     for version in versions:  # one ncu process per version: its second ssim launch is the profiled one
-        cmd = ["ncu", "--csv", "--page", "raw", "-k", "regex:ssim", "--launch-skip", "1", "--launch-count", "1",
+        cmd = [ncu, "--csv", "--page", "raw", "-k", "regex:ssim", "--launch-skip", "1", "--launch-count", "1",
                "--metrics", ",".join(METRICS), sys.executable, __file__, "--child", version]
         run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ})
         lines = [ln for ln in run.stdout.splitlines() if ln.startswith('"')]

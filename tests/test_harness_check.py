@@ -73,14 +73,27 @@ def test_memcheck_without_a_gpu_says_so_in_one_line(capsys):
     if check.device.on_gpu():
         pytest.skip("this machine has a GPU: the GPU test below runs memcheck")
     assert check.memcheck(["-c", "pass"]) is None
-    assert capsys.readouterr().out == "compute-sanitizer needs a GPU; its verdict is in the GPU run of this chapter.\n"
+    assert capsys.readouterr().out == "compute-sanitizer needs a GPU; for its verdict, see the GPU run of this chapter.\n"
 
 
-def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkeypatch, capsys):
+def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(check.device, "on_gpu", lambda: True)
-    monkeypatch.setattr(check.shutil, "which", lambda name: None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert check.memcheck(["-c", "pass"]) is None
-    assert capsys.readouterr().out.startswith("compute-sanitizer is not on PATH (it comes with the CUDA toolkit")
+    assert capsys.readouterr().out == (f"compute-sanitizer is not on PATH or in {tmp_path / 'bin'} (it comes with the "
+                                       "CUDA toolkit); for its verdict, see the committed GPU run of this chapter.\n")
+
+
+def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):
+    tool = tmp_path / "bin" / "ncu"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(check.device, "on_gpu", lambda: True)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert check.cuda_tool("ncu", "the counts") == str(tool)
 
 
 _WRITE = ("import cupy; k = cupy.RawKernel(r'extern \"C\" __global__ void w(float* p, int i) {{ p[i] = 1.f; }}', 'w'); "
@@ -89,6 +102,8 @@ _WRITE = ("import cupy; k = cupy.RawKernel(r'extern \"C\" __global__ void w(floa
 
 @pytest.mark.gpu
 def test_memcheck_tells_a_clean_run_from_an_out_of_bounds_write(capsys):
+    if not check.cuda_tool("compute-sanitizer", "its verdict"):
+        pytest.skip("no compute-sanitizer: a GPU machine with only a driver")
     assert check.memcheck(["-c", _WRITE.format(index=3)]) is True
     assert check.memcheck(["-c", _WRITE.format(index=1 << 24)]) is False
     assert "memcheck: errors found" in capsys.readouterr().out

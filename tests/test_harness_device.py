@@ -45,6 +45,13 @@ def test_software_names_the_installed_versions():
     assert ("cupy" in sw and "nvrtc" in sw) == device.on_gpu()
 
 
+def test_cupy_finds_cublas():
+    """CuPy's matmul (05's GEMM ceiling, the implicit-GEMM reference on a GPU) loads cuBLAS when first
+    used; the pinned wheels must bring it, since a GPU machine may have no CUDA toolkit. Loading needs no GPU."""
+    import cupy
+    assert callable(cupy.cuda.cublas.sgemm)  # ImportError here: libcublas missing
+
+
 @pytest.mark.parametrize("encoded, expected", [(91900, "9.19.0"), (90100, "9.1.0"), (8907, "8.9.7")])
 def test_cudnn_version_decodes_both_encodings(monkeypatch, encoded, expected):
     """cuDNN 9 counts minor versions in hundreds (91900 = 9.19.0), cuDNN 8 did not (8907 = 8.9.7)."""

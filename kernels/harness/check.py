@@ -5,6 +5,7 @@ it reads the same on a GPU and in the simulator; ``result.detail`` carries the n
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -127,18 +128,29 @@ def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: t
 MEMCHECK_ERRORS = 86   # compute-sanitizer's exit code when it finds errors, told apart from the program's own
 
 
+def cuda_tool(name: str, shown: str) -> str | None:
+    """The path of the CUDA toolkit's ``name`` (``ncu``, ``compute-sanitizer``): on PATH, else in
+    $CUDA_HOME/bin. Without a GPU to run it on, or without the program (a GPU machine may have only a
+    driver), None and one line saying why and where to see ``shown``: in the committed GPU run."""
+    if not device.on_gpu():
+        print(f"{name} needs a GPU; for {shown}, see the GPU run of this chapter.")
+        return None
+    home_bin = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin")
+    path = shutil.which(name) or shutil.which(name, path=str(home_bin))
+    if not path:
+        print(f"{name} is not on PATH or in {home_bin} (it comes with the CUDA toolkit); for {shown}, see the "
+              "committed GPU run of this chapter.")
+    return path
+
+
 def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None:
     """Run ``python *args`` from the repository's root under compute-sanitizer's memcheck, which reports
     an out-of-bounds or misaligned access even where it does not change a result; print the end of
     its report and a verdict. True if clean; without a GPU or compute-sanitizer, one line and None."""
-    if not device.on_gpu():
-        print("compute-sanitizer needs a GPU; its verdict is in the GPU run of this chapter.")
+    sanitizer = cuda_tool("compute-sanitizer", "its verdict")
+    if not sanitizer:
         return None
-    if not shutil.which("compute-sanitizer"):
-        print("compute-sanitizer is not on PATH (it comes with the CUDA toolkit: add its bin folder to PATH); "
-              "the committed notebook shows its verdict on the reference GPU.")
-        return None
-    proc = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--report-api-errors", "no",
+    proc = subprocess.run([sanitizer, "--tool", "memcheck", "--report-api-errors", "no",
                            "--error-exitcode", str(MEMCHECK_ERRORS), sys.executable, *args],
                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=timeout)
     print("\n".join(proc.stdout.splitlines()[-tail:]))
