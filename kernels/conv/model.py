@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import shutil
 import subprocess
 import tempfile
@@ -51,7 +50,7 @@ NCU_STALLS = {label: perfmodel.ncu_stall_metric(reason) for label, reason in (  
 
 def _ptxas() -> str:
     """ptxas from PATH, CUDA_HOME or the nvidia pip wheels (Numba's PTX -> cubin)."""
-    candidates = [shutil.which("ptxas"), Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")]
+    candidates = [shutil.which("ptxas"), device.cuda_home() / "bin" / "ptxas"]
     try:
         import nvidia
         for base in map(Path, nvidia.__path__):

@@ -5,7 +5,6 @@ it reads the same on a GPU and in the simulator; ``result.detail`` carries the n
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -135,7 +134,7 @@ def cuda_tool(name: str, shown: str) -> str | None:
     if not device.on_gpu():
         print(f"{name} needs a GPU; for {shown}, see the GPU run of this chapter.")
         return None
-    home_bin = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin")
+    home_bin = device.cuda_home() / "bin"
     path = shutil.which(name) or shutil.which(name, path=str(home_bin))
     if not path:
         print(f"{name} is not on PATH or in {home_bin} (it comes with the CUDA toolkit); for {shown}, see the "

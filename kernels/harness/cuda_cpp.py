@@ -24,9 +24,9 @@ STD_OPTIONS = ("-std=c++17",)
 
 def include_dirs() -> list[str]:
     """CUDA headers: the system toolkit where there is one, else the pip wheels' copies."""
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    if Path(home, "include", "cuda_runtime.h").exists():
-        return [str(Path(home, "include"))]  # never mix two toolkits' headers
+    include = device.cuda_home() / "include"
+    if (include / "cuda_runtime.h").exists():
+        return [str(include)]  # never mix two toolkits' headers
     dirs = []
     try:
         import nvidia

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from functools import lru_cache
+from pathlib import Path
 
 GPU, SIM, NONE = "gpu", "sim", "none"
 
@@ -66,6 +67,12 @@ MODE, REASON = _select()
 
 def on_gpu() -> bool:
     return MODE == GPU
+
+
+def cuda_home() -> Path:
+    """The CUDA toolkit's folder: $CUDA_HOME, else /usr/local/cuda (which may not exist: a GPU machine
+    can have only a driver, and the pip wheels then bring what the chapters need)."""
+    return Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 
 
 def xp():

@@ -8,7 +8,6 @@ with the CUDA toolkit (``/usr/local/cuda/bin``) and, for CPU machines, in the Py
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,8 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import device
 
 # Instruction classes a probe's evidence is about: name -> opcode prefix (the part before the first dot).
 CLASSES = {
@@ -54,7 +55,7 @@ class Instruction:
 
 
 def _tool_dirs() -> list[Path]:
-    dirs = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin"]
+    dirs = [device.cuda_home() / "bin"]
     try:
         import nvidia
         for base in map(Path, nvidia.__path__):
