@@ -76,10 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.unmatched:
         rows = unmatched(new)
     else:
-        path = args.notebook.resolve()
-        top = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path.parent, capture_output=True,
-                                  text=True, check=True).stdout.strip())
-        shown = subprocess.run(["git", "show", f"{args.against}:{path.relative_to(top).as_posix()}"], cwd=top,
+        path = args.notebook.resolve()   # REV:./name is the file at REV, relative to the working directory
+        shown = subprocess.run(["git", "show", f"{args.against}:./{path.name}"], cwd=path.parent,
                                capture_output=True, text=True)
         if shown.returncode:
             print(f"no {args.notebook} at {args.against}: {shown.stderr.strip()}", file=sys.stderr)
