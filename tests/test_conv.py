@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kernels.harness import check, cuda_cpp, device
+from kernels.harness import check, cuda_cpp, device, perfmodel
 from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
 from gpus import A100, RTX_4090, T4
 
@@ -235,7 +235,6 @@ def test_latency_term_sees_the_double_buffer():
     """With the same latencies, a scheduler with two REGISTER TILING warps loses issue slots to the
     step's global loads (each waits to be stored before the next may start); DOUBLE BUFFER's loads are
     in flight during the FMAs. More warps never lower the issue share."""
-    from kernels.harness import perfmodel
     p = common.PROBLEMS["conv2"]
     w = perfmodel.Weights(1.0, 4.0, 1.0)
     lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32)
@@ -298,7 +297,6 @@ def test_occupancy_charges_the_tail_where_ncu_saw_it():
 def test_latency_term_charges_l1_misses_the_far_l2_latency():
     """REGISTER TILING's loads wait in line (load, store, next load): more L1 hits, fewer cycles per step;
     a measured far-L2 latency replaces the near one for the misses."""
-    from kernels.harness import perfmodel
     p = common.PROBLEMS["conv2"]
     w = perfmodel.Weights(1.0, 4.0, 1.0)
     lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32, l2_far=530)
@@ -315,7 +313,6 @@ def test_predict_composes_the_model():
     """model.predict is the chain the chapter walks through: SASS counts, L1 hit rate, latency term,
     occupancy of the waves, perfmodel.predict with the epilogue; a profiler's placement of the last
     wave changes only the occupancy."""
-    from kernels.harness import perfmodel
     p, tile = common.PROBLEMS["conv2"], dict(cuda_stages.DEFAULTS["SPLIT-K"])
     w = perfmodel.Weights(1.0, 4.0, 1.07)
     lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32, l2_far=525)
@@ -344,7 +341,7 @@ def test_predict_composes_the_model():
 def test_load_rate_kernels_measure_the_pipe_not_the_issue():
     """One LDS.32 or LDG.32 per SM and cycle is 4 issue slots of each of the 4 schedulers: the rate
     kernels' loops issue at most 3 instructions per load, so the load pipe, not the issue, sets the rate."""
-    from kernels.harness import cuda_cpp, perfmodel, sass
+    from kernels.harness import sass
     text = sass.disassemble_text(cuda_cpp.compile_cubin("conv/rates.cu", "sm_90").cubin)
     for kernel, load in (("lds_rate", "LDS"), ("ldg_rate", "LDG")):
         instructions = perfmodel.parse_sass(text, kernel)
@@ -352,6 +349,23 @@ def test_load_rate_kernels_measure_the_pipe_not_the_issue():
         body = max(bodies, key=lambda b: sum(i.base == load for i in b))   # the timed loop, not the table fill
         loads = sum(i.base == load for i in body)
         assert loads >= 8 and len(body) / loads <= 3, (kernel, loads, len(body))   # issue well under the pipe
+
+
+def test_mix_loop_counts_one_iteration_of_chains_and_loads():
+    """mix_rate's loop is one iteration: MIX_LOADS loads, at least the 16 integer instructions of the
+    eight (add, xor) chains, no FP32."""
+    for loads in (0, 2, 8):
+        c = model.mix_counts(loads, "sm_90")
+        assert (c.fp32, c.ldst) == (0, loads) and 16 <= c.other <= 32, (loads, c)
+
+
+def test_mix_slots_add_up_or_overlap():
+    """E's rule sums each class's weighted count; side by side, the largest of the instruction count
+    and each class's own time sets the pace."""
+    w = perfmodel.Weights(1.0, 4.0, 1.0)
+    assert model.mix_slots(perfmodel.Counts(0, 8, 26), w) == {"E: classes take turns": 58.0, "pipes side by side": 34}
+    assert model.mix_slots(perfmodel.Counts(0, 16, 30), w) == {"E: classes take turns": 94.0, "pipes side by side": 64.0}
+    assert model.mix_slots(perfmodel.Counts(2, 0, 0), w)["pipes side by side"] == 2.0
 
 
 # --- on a real GPU ------------------------------------------------------------------------------
@@ -451,6 +465,15 @@ def test_gpu_cudnn_baseline_matches_reference(layout):
     check.poison(y)
     conv.launcher(best.index, xs, fs, y)()
     check.assert_close(common.output_to_nchw(y, layout), common.reference(x, f), atol=common.tolerance(p), rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_measure_mix_reports_every_rule_for_every_load_count():
+    rates = model.measure_rates(repeat=3)
+    rows = model.measure_mix(rates, loads=(0, 4), repeat=3)
+    assert {(r["problem"], r["metric"]) for r in rows} == {
+        (f"{n} loads", m) for n in (0, 4) for m in ("instructions", "measured", "E: classes take turns", "pipes side by side")}
+    assert all(r["value"] > 0 and np.isfinite(r["value"]) for r in rows)
 
 
 @pytest.mark.gpu

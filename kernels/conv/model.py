@@ -428,3 +428,47 @@ def measure_rates(repeat: int = 20) -> dict:
     global_ld = rate("ldg_rate", (cupy.arange(4096, dtype=cupy.int32), out, *step), 8)
     fp32 = ceilings.measure_fma() * 1e9 / 2 / 32                                 # FLOP/s -> FFMA warp instr/s
     return {"fp32": fp32, "ldst": ldst, "other": other, "ldg": global_ld}
+
+
+MIX_LOADS = (0, 2, 4, 8, 16)   # loads per iteration of conv/rates.cu's mix_rate, beside 8 (add, xor) chains
+
+
+def mix_counts(loads: int, arch: str | None = None) -> perfmodel.Counts:
+    """SASS counts of one iteration of the mix_rate loop with ``loads`` loads (compiled for ``arch``,
+    ``device.target_arch()``), where the loop's body is one iteration."""
+    text = sass.disassemble_text(cuda_cpp.compile_cubin("conv/rates.cu", arch or device.target_arch(),
+                                                        (f"-DMIX_LOADS={loads}",)).cubin)
+    instructions = perfmodel.parse_sass(text, "mix_rate")
+    (loop,) = perfmodel.find_loops(instructions)
+    return perfmodel.static_counts(instructions, loop.start, loop.end)
+
+
+def mix_slots(counts: perfmodel.Counts, w: perfmodel.Weights) -> dict:
+    """Issue slots of one iteration (FFMA slots, one per scheduler and cycle) by two rules: E's, where
+    the classes take turns (the sum of each class's weighted count), and pipes side by side, where the
+    larger of the issue (one slot per instruction) and each class's own pipe time sets the pace."""
+    per_class = (counts.fp32 * w.compute, counts.ldst * w.ldst, counts.other * w.other)
+    return {"E: classes take turns": sum(per_class), "pipes side by side": max(counts.total, *per_class)}
+
+
+def measure_mix(rates: dict, loads: tuple = MIX_LOADS, repeat: int = 20) -> list[dict]:
+    """E's assumption tested on this GPU: mix_rate (8 integer chains and ``loads`` L1-hit loads per
+    iteration) timed, in issue slots per iteration and warp at the FP32 rate of ``rates``
+    (``measure_rates``), beside its instruction count and ``mix_slots`` of its SASS counts with the
+    weights of ``rates``. Rows for ``results.record``: kernel "mix", problem "<n> loads"."""
+    import cupy
+    from ..harness import timing
+    w = perfmodel.weights(rates["fp32"], rates["ldst"], rates["other"])
+    blocks, threads, iters = device.properties()["sms"] * 8, 256, 4096
+    words = cupy.arange(8192, dtype=cupy.int32)    # 32 KB: stays in L1
+    out = cupy.empty(blocks * threads, dtype=cupy.int32)
+    rows = []
+    for n in loads:
+        k = cuda_cpp.load("conv/rates.cu", "mix_rate", (f"-DMIX_LOADS={n}",))
+        args = (words, out, cupy.int32(iters), cupy.int32(32), cupy.int32(3), cupy.int32(5))
+        t = timing.benchmark(lambda: k((blocks,), (threads,), args), repeat=repeat)
+        c = mix_counts(n)
+        slots = {"instructions": c.total, "measured": t.median_ms * 1e-3 * rates["fp32"] / (blocks * threads / 32 * iters),
+                 **mix_slots(c, w)}
+        rows += [{"kernel": "mix", "problem": f"{n} loads", "metric": m, "value": v, "unit": "slots"} for m, v in slots.items()]
+    return rows

@@ -48,6 +48,32 @@ extern "C" __global__ void ldg_rate(const int* words, int* out, int iters, int s
     out[blockIdx.x * blockDim.x + threadIdx.x] = xor_sweep(words, iters, step);
 }
 
+// Both at once, to test the model's central assumption: per iteration the eight (add, xor) chains of
+// iadd_rate and MIX_LOADS of ldg_rate's loads (L1 hits, up to 16: 32 KB of words). E adds the two
+// costs up; if the load pipe works beside the issue of the integer instructions, the time is the
+// larger of the two instead.
+#ifndef MIX_LOADS
+#define MIX_LOADS 8
+#endif
+extern "C" __global__ void mix_rate(const int* words, int* out, int iters, int step, int c, int d) {
+    int v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = threadIdx.x + j;
+    int acc = 0, idx = threadIdx.x & 31;
+#pragma unroll 1   // one iteration per loop body: its SASS counts are one iteration's
+    for (int i = 0; i < iters; ++i) {
+        const int* row = words + idx;
+#pragma unroll
+        for (int j = 0; j < MIX_LOADS; ++j) acc ^= row[256 * j];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = (v[j] + c) ^ d;
+        idx = (idx + step) & 1023;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc += v[j];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
 // Latencies for the model's scoreboard (perfmodel.scheduler_cycles), one warp timed with clock64():
 // cycles per FFMA of one dependent chain (the fixed ALU/FMA latency), per shared load whose address
 // is the previous load's value (LDS [R+UR], nothing else in the chain), and per __syncthreads() of a
