@@ -48,3 +48,15 @@ def test_chapter_shows_its_figures_and_gpu(page, html):
         assert (html / page).parent.joinpath(src).resolve().exists(), f"broken image {src}"
     gpu = nb.metadata["lab_run"]["gpu"]
     assert gpu in text, f"the page should name the GPU of its run ({gpu})"
+
+
+@pytest.mark.parametrize("page", [f for f in toc_files() if f.startswith("notebooks/")])
+def test_chapter_tables_render_as_tables(page, html):
+    """The harness's tables (show.table) are Markdown outputs: each must reach the page as an HTML
+    table, not as a paragraph of pipes (CommonMark has no tables; _config.yml asks for GFM)."""
+    text = (html / f"{page}.html").read_text()
+    nb = nbformat.read(ROOT / f"{page}.ipynb", as_version=4)
+    n_tables = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                   if "|---|" in "".join(o.get("data", {}).get("text/markdown", "")))
+    assert n_tables > 0 and len(re.findall(r"<table\b", text)) >= n_tables
+    assert not re.search(r"\|(---|—)\|", text), "a Markdown table was rendered as text"
