@@ -406,13 +406,17 @@ def measure_latencies() -> perfmodel.Latencies:
                                l1=hits["L1 hit latency"], l2_far=hits["L2 far latency"])
 
 
+def _probe_launch() -> tuple[int, int, int]:
+    """(blocks, threads per block, loop iterations) of the rate probes: 8 blocks of 256 threads per SM."""
+    return device.properties()["sms"] * 8, 256, 4096
+
+
 def measure_rates(repeat: int = 20) -> dict:
     """Instruction rates on this GPU in warp instructions per second: FP32 (FFMA), integer, LDS.32 (the
     model's load/store rate) and, to check that one weight serves global loads too, LDG.32 hitting L1."""
     import cupy
     from ..harness import ceilings, timing
-    sms = device.properties()["sms"]
-    blocks, threads, iters = sms * 8, 256, 4096
+    blocks, threads, iters = _probe_launch()
     out = cupy.empty(blocks * threads, dtype=cupy.int32)
 
     def rate(kernel: str, args: tuple, per_iteration: int) -> float:
@@ -459,7 +463,7 @@ def measure_mix(rates: dict, loads: tuple = MIX_LOADS, repeat: int = 20) -> list
     import cupy
     from ..harness import timing
     w = perfmodel.weights(rates["fp32"], rates["ldst"], rates["other"])
-    blocks, threads, iters = device.properties()["sms"] * 8, 256, 4096
+    blocks, threads, iters = _probe_launch()
     words = cupy.arange(8192, dtype=cupy.int32)    # 32 KB: stays in L1
     out = cupy.empty(blocks * threads, dtype=cupy.int32)
     rows = []
