@@ -468,7 +468,8 @@ def measure_mix(rates: dict, loads: tuple = MIX_LOADS, repeat: int = 20) -> list
     out = cupy.empty(blocks * threads, dtype=cupy.int32)
     rows = []
     for n in loads:
-        k = cuda_cpp.load("conv/rates.cu", "mix_rate", (f"-DMIX_LOADS={n}",))
+        # the cubin whose SASS mix_counts reads (compile_cubin caches it): the counts are the timed code's
+        k = cuda_cpp.load("conv/rates.cu", "mix_rate", (f"-DMIX_LOADS={n}",), arch=device.target_arch())
         args = (words, out, cupy.int32(iters), cupy.int32(32), cupy.int32(3), cupy.int32(5))
         t = timing.benchmark(lambda: k((blocks,), (threads,), args), repeat=repeat)
         c = mix_counts(n)
