@@ -255,6 +255,38 @@ def test_wrong_out_shape(pair):
         common.run("V1", *pair, out=out)
 
 
+def test_out_overlapping_an_image_is_refused(pair):
+    a, b = pair
+    with pytest.raises(ValueError, match="out must not overlap img1"):
+        common.run("V1", a, b, out=a)
+    flat = device.xp().zeros(2 * 144 - 10, dtype=np.float32)  # img2 and out share 10 pixels
+    img2, out = flat[:144].reshape(1, 1, 12, 12), flat[134:].reshape(1, 1, 12, 12)
+    with pytest.raises(ValueError, match="out must not overlap img2"):
+        common.run("V1", a, img2, out=out)
+
+
+def test_tile_only_for_numba_versions_and_known_keys(pair):
+    with pytest.raises(ValueError, match="V4's block shape is fixed in its .cu file"):
+        common.run("V4", *pair, tile={"bx": 32})
+    with pytest.raises(ValueError, match=r"V1: unknown tile keys \['px'\]"):
+        common.run("V1", *pair, tile={"bx": 4, "px": 2})
+
+
+def test_valid_training_crops_the_map_not_the_derivatives():
+    a, b = to_device(*common.test_images((1, 1, 13, 14)))
+    ssim_map, *derivs = common.run("V1", a, b, training=True, valid=True)
+    assert tuple(ssim_map.shape) == (1, 1, 3, 4)
+    assert [tuple(d.shape) for d in derivs] == [(1, 1, 13, 14)] * 3
+
+
+def test_step_takes_the_worklog_time_change_where_its_table_has_no_time():
+    from kernels.ssim import bench
+    measured = {"V4": {"ms": 1.032}, "V4-1": {"ms": 1.0}}
+    assert bench.step(measured, "V4", "V4-1") == ("time V4 / V4-1: here 1.032; "
+                                                  "A100 (worklog) 1.056 (its text: +5.56% time)")
+    assert bench.step(measured, "V4-1", "V3").endswith("A100 (worklog) not published")
+
+
 def test_nan_propagates_to_its_windows_only():
     a, b = common.test_images((1, 1, 25, 27), seed=9)
     a[0, 0, 3, 20] = np.nan

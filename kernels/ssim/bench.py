@@ -100,11 +100,18 @@ def describe(m: dict | None, version: str = "") -> str:
 
 
 def step(measured: dict, new: str, old: str) -> str:
-    """The time ratio new/old measured here beside the worklog's A100 ratio."""
+    """The time ratio new/old measured here beside the worklog's A100 ratio: from its table's two
+    times, or else from a time change its text gives (a seed row ``time_change_vs_<old>``, in %)."""
     a100 = seed_times()
     here = (f"{measured[new]['ms'] / measured[old]['ms']:.3f}" if measured.get(new) and measured.get(old)
             else "n/a (not measured)")
-    there = f"{a100[new] / a100[old]:.3f}" if new in a100 and old in a100 else "not published"
+    change = [float(r["value"]) for r in seeds() if r["kernel"] == new and r["metric"] == f"time_change_vs_{old}"]
+    if new in a100 and old in a100:
+        there = f"{a100[new] / a100[old]:.3f}"
+    elif change:
+        there = f"{1 + change[0] / 100:.3f} (its text: {change[0]:+.2f}% time)"
+    else:
+        there = "not published"
     return f"time {new} / {old}: here {here}; A100 (worklog) {there}"
 
 

@@ -268,13 +268,36 @@ def version_module(version: str):
     return importlib.import_module("kernels.ssim." + ("cuda_versions" if name.endswith(".cu") else name))
 
 
+def _byte_range(a) -> tuple[int, int]:
+    """[first, last) byte address of a C-contiguous host or device array."""
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    first = iface["data"][0]
+    return first, first + a.size * np.dtype(a.dtype).itemsize
+
+
+def _tile_params(version: str, module, tile: dict | None) -> dict:
+    """The version's default block shape with ``tile`` applied; only the keys it already has."""
+    params = dict(module.GPU_TILE if device.on_gpu() else module.SIM_TILE)
+    if tile:
+        if not params:
+            raise ValueError(f"tile= applies to the Numba versions {NUMBA_VERSIONS}; {version}'s block shape "
+                             "is fixed in its .cu file")
+        unknown = sorted(set(tile) - set(params))
+        if unknown:
+            raise ValueError(f"{version}: unknown tile keys {unknown}; expected some of {sorted(params)}")
+        params.update(tile)
+    return params
+
+
 def run(version: str, img1, img2, *, training: bool = False, valid: bool = False, out=None,
         check_finite: bool = False, tile: dict | None = None):
     """SSIM map of ``img1`` vs ``img2`` by one kernel version.
 
     Returns the map (N, C, H, W), or with ``valid=True`` its interior (N, C, H-10, W-10); with
-    ``training=True`` a tuple (map, dm_dmu1, dm_dsigma1_sq, dm_dsigma12), all 'same'-sized.
-    ``out`` (optional) receives the full map; ``tile`` overrides the version's block shape.
+    ``training=True`` a tuple (map, dm_dmu1, dm_dsigma1_sq, dm_dsigma12) whose three derivative maps
+    are always (N, C, H, W), also with ``valid=True`` (``backward.run`` takes them at that size).
+    ``out`` (optional, not overlapping the images) receives the full map; ``tile`` overrides the block
+    shape of a Numba version.
     """
     validate(img1, img2)
     xp = device.xp()
@@ -287,10 +310,16 @@ def run(version: str, img1, img2, *, training: bool = False, valid: bool = False
         out = xp.empty(img1.shape, dtype=np.float32)
     else:
         check.require_array(out, "out", dtype=np.float32, shape=tuple(img1.shape))
+        # The kernels read the images while writing out (and the .cu ones declare them __restrict__).
+        out_first, out_last = _byte_range(out)
+        for name, img in (("img1", img1), ("img2", img2)):
+            first, last = _byte_range(img)
+            if first < out_last and out_first < last:
+                raise ValueError(f"out must not overlap {name}: the kernel would overwrite pixels it "
+                                 "still reads")
     derivs = tuple(xp.empty(img1.shape, dtype=np.float32) for _ in range(3)) if training else None
     module = version_module(version)
-    params = {**(module.GPU_TILE if device.on_gpu() else module.SIM_TILE), **(tile or {})}
-    module.launch(version, img1, img2, out, derivs, **params)
+    module.launch(version, img1, img2, out, derivs, **_tile_params(version, module, tile))
     ssim_map = crop_valid(out) if valid else out
     return (ssim_map, *derivs) if training else ssim_map
 

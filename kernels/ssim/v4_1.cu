@@ -1,9 +1,11 @@
 // V4-1: the y-pass as rotating partial sums. Instead of keeping the last 11 x-pass rows and summing
 // 11 products for every output (plus 10 register moves per moment to rotate them), each register holds
 // the partial sum of one pending output row; a new x-pass row adds its weighted value to all ten pending
-// sums at once, and the FFMA writes each result one register "down" (d = a * b + c with d != c is a
-// free move). 11 FFMAs per moment and row, no moves, and a small loop body. Block: one warp, two
-// columns per thread (lane and lane + 32), a strip of 72 rows: 64 x 72 outputs, as published.
+// sums at once, and the FFMA writes each result one register "down" (d = a * b + c with d != c). In
+// principle the rotation is then free: 10 FFMAs and one FMUL per moment and row, no moves. In practice
+// ptxas still copies sums back into place before the loop's branch (notebook 02b counts these moves in
+// V6's loop). A small loop body. Block: one warp, two columns per thread (lane and lane + 32), a strip
+// of 72 rows: 64 x 72 outputs, as published.
 // Loads stay branch-free: cp.async zero-fill from a valid address (see v3.cu).
 #include <cuda_pipeline.h>
 

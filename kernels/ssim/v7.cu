@@ -1,15 +1,16 @@
 // V7: V6's arithmetic with its overhead taken out, engineered on V6's SASS before it ran. ncu counted
 // 326 thread-instructions per output pixel in V6, 130 of them FFMAs. The SASS showed where the rest go:
-//  * ~75 register moves per row: the partial sums shifted one register per input row (p[i] = p[i + 1]
-//    + ...) and ptxas, having scheduled the new sums into fresh registers, copied them back at the end
-//    of the loop. Here each output row's sum stays in one slot of a ring, (row mod 10), and the row loop
-//    is unrolled 10 times so every slot index is a constant: no moves;
+//  * register moves (57 per row in the hot-loop table of notebook 02b): the partial sums shifted one
+//    register per input row (p[i] = p[i + 1] + ...) and ptxas, having scheduled the new sums into fresh
+//    registers, copied them back at the end of the loop. Here each output row's sum stays in one slot of
+//    a ring, (row mod 10), and the row loop is unrolled 10 times so every slot index is a constant: no
+//    moves for the sums;
 //  * IEEE divisions (a dozen instructions and a slow-path branch each): one approximate reciprocal;
 //  * a per-element copy loop with bounds tests and shared stores of zeros: rows now arrive as 16-byte
 //    cp.async copies from an aligned window x0 - 8 .. x0 + 72 (20 lanes x 2 images), the padding
 //    zero-filled by cp.async itself (edge blocks and widths not a multiple of 4 keep a per-element path,
 //    zero-filled the same way); adjacent output columns are written as one 8-byte store;
-//  * ptxas is held to 128 registers (16 one-warp blocks per SM instead of V6's 14; the few spills
+//  * ptxas is held to 128 registers (16 one-warp blocks per SM instead of V6's 12; the few spills
 //    are about 4 local accesses per row).
 // Prediction (SASS of the unrolled loop): about 400 instructions per input row and thread, i.e. about
 // 225 per output pixel with the halo rows, 30% fewer than V6; at V6's issue rate the time falls by
@@ -58,8 +59,8 @@ ssim_v7(const float* __restrict__ img1, const float* __restrict__ img2, float* _
   // acc[j][m][s]: moment m of column j for the output row whose index is s modulo kSlots. At input row
   // R the outputs R - 5 .. R + 5 receive a tap: R - 5 completes and R + 5 starts, both in slot (R + 5) %
   // kSlots, so every sum stays in its register (V6 shifted its partial sums one register per row, and
-  // ptxas paid for that with ~75 register moves per row). The row loop is unrolled kSlots times so that
-  // every slot index is a compile-time constant.
+  // ptxas paid for that with register moves, 57 per row in notebook 02b's hot-loop table). The row loop
+  // is unrolled kSlots times so that every slot index is a compile-time constant.
   float acc[kColsPerThread][kMoments][kSlots];
 #pragma unroll
   for (int j = 0; j < kColsPerThread; ++j)

@@ -1,6 +1,6 @@
-// V8: V7 with its hot loop cleared of cold code. V7's row loop, unrolled 10 times, is about 7,500
-// SASS instructions (120 KB): in each of the 10 copies the edge-block copy loop, the per-column stores
-// and the training stores sit between the hot instructions, which are only about 400 per row. V7 gained
+// V8: V7 with its hot loop cleared of cold code. V7's row loop is unrolled 10 times, and in each of the
+// 10 copies the edge-block copy loop, the per-column stores and the training stores sit between the hot
+// instructions, which are only about 400 per row. V7 gained
 // 12% where its instruction count promised 30%: the guess is instruction fetch (ncu: "no_instruction"
 // stalls), the hot path spread over more code than the instruction caches hold. Here the strip is a
 // template on (interior block, training) and the kernel picks one of the four at the top, so the
@@ -44,8 +44,8 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
   // acc[j][m][s]: moment m of column j for the output row whose index is s modulo kSlots. At input row
   // R the outputs R - 5 .. R + 5 receive a tap: R - 5 completes and R + 5 starts, both in slot (R + 5) %
   // kSlots, so every sum stays in its register (V6 shifted its partial sums one register per row, and
-  // ptxas paid for that with ~75 register moves per row). The row loop is unrolled kSlots times so that
-  // every slot index is a compile-time constant.
+  // ptxas paid for that with register moves, 57 per row in notebook 02b's hot-loop table). The row loop
+  // is unrolled kSlots times so that every slot index is a compile-time constant.
   float acc[kColsPerThread][kMoments][kSlots];
 #pragma unroll
   for (int j = 0; j < kColsPerThread; ++j)
