@@ -13,10 +13,10 @@ from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, 
 from gpus import A100, RTX_4090, T4
 
 ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)      # no size a multiple of any tile
-SIM_STAGES = stages.simulator()
+NUMBA_STAGES = stages.numba_stages()
 
 
-@pytest.mark.parametrize("stage", SIM_STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("stage", NUMBA_STAGES, ids=lambda s: s.name)
 @pytest.mark.parametrize("problem", [common.PROBLEMS["tiny"], ODD], ids=["tiny", "odd"])
 def test_stage_matches_reference(stage, problem):
     check.assert_close(*_run(stage, problem, seed=None), atol=common.tolerance(problem), rtol=1e-5)
@@ -52,7 +52,7 @@ def test_flops_and_problems():
     assert round(common.PROBLEMS["conv2"].flops / 1e9, 1) == 14.8
 
 
-STAGE = SIM_STAGES[2]  # COALESCING: NHWC
+STAGE = NUMBA_STAGES[2]  # COALESCING: NHWC
 
 
 @pytest.mark.parametrize("x_shape, f_shape, dtype, error, match", [
@@ -83,7 +83,7 @@ def test_non_contiguous_input_and_wrong_output_are_rejected():
 
 def test_cpu_stage_rejects_device_style_input():
     with pytest.raises(TypeError, match="NumPy array"):
-        common.run(SIM_STAGES[0], [[1.0]], np.zeros((5, 3, 3, 3), np.float32))
+        common.run(NUMBA_STAGES[0], [[1.0]], np.zeros((5, 3, 3, 3), np.float32))
 
 
 def test_vector_stages_name_their_channel_constraint():
@@ -122,6 +122,13 @@ def test_bad_tiles_are_rejected(name, tile, match):
         cuda_stages.stage(name, tile)
 
 
+def test_numba_stages_check_the_timed_shared_tile_on_a_gpu(monkeypatch):
+    """The correctness check runs SHARED with the tile the timing uses wherever a GPU runs it."""
+    assert stages.numba_stages()[-1].options == (s4_shared.GPU_TILE if device.on_gpu() else s4_shared.SIM_TILE)
+    monkeypatch.setattr(device, "on_gpu", lambda: True)
+    assert stages.numba_stages()[-1] is s4_shared.STAGE
+
+
 def test_shared_stage_rejects_bad_blocks():
     with pytest.raises(ValueError, match="at most 1024"):
         s4_shared.stage(by=64, bn=32, tm=1, bkc=4)
@@ -145,6 +152,36 @@ def test_autotune_candidates_compile_without_spills():
 def test_autotune_splits_only_problems_with_few_blocks():
     splits = {p: {t["SPLIT"] for t in s9_autotune.candidates(common.PROBLEMS[p])} for p in ("conv1", "conv2")}
     assert splits["conv1"] == {1} and max(splits["conv2"]) > 1
+
+
+def test_autotune_candidates_use_the_gpus_sm_count(monkeypatch):
+    """Reduction slices only while the output tiles give fewer than four blocks per SM: how many SMs
+    comes from the GPU (the reference GPU's without one), not from a constant."""
+    p = common.PROBLEMS["conv2"]   # 64 x 64 tiles: 49 x 8 = 392 blocks
+
+    def splits(*sms):
+        return {t["SPLIT"] for t in s9_autotune.candidates(p, *sms) if (t["BM"], t["BN"]) == (64, 64)}
+
+    assert max(splits()) > 1 and splits(90) == {1}   # 132 SMs: 392 < 4 x 132; 90 SMs: not
+    monkeypatch.setattr(device, "on_gpu", lambda: True)
+    monkeypatch.setattr(device, "properties", lambda: T4)   # 40 SMs
+    assert splits() == {1}
+    for bad in (0, 1.5, "132"):
+        with pytest.raises(ValueError, match="sms must be a positive integer"):
+            s9_autotune.candidates(p, bad)
+
+
+def test_launch_shape_follows_the_numba_stages_constants(monkeypatch):
+    """The model's launch shapes read the stages' own block sizes and tiles, so they cannot drift."""
+    from kernels.conv import s1_naive, s3_block_tiling
+    p = common.PROBLEMS["conv2"]
+    assert model.launch_shape("SHARED", p) == (49 * 16, 256)
+    monkeypatch.setattr(s1_naive, "THREADS", 128)
+    monkeypatch.setattr(s3_block_tiling, "TP", 2)
+    monkeypatch.setitem(s4_shared.GPU_TILE, "tm", 4)
+    assert model.launch_shape("NAIVE", p) == (p.pixels * p.k // 128, 128)
+    assert model.launch_shape("BLOCK TILING", p) == (p.n * p.h * 7 * p.k // 256, 256)
+    assert model.launch_shape("SHARED", p) == (98 * 16, 256)
 
 
 def test_split_k_counts_the_same_work_in_more_blocks():
@@ -405,6 +442,22 @@ def test_gpu_split_k_slices_add_up(split):
     p = GPU_PROBLEMS[1]
     s = cuda_stages.stage("SPLIT-K", dict(BM=64, BN=32, BKC=8, SPLIT=split))
     check.assert_close(*_run(s, p, seed=None), atol=common.tolerance(p), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+def test_gpu_split_k_zeroes_a_numba_device_array():
+    """validate accepts any device array; SPLIT-K must zero a Numba output before its slices add to it."""
+    from numba import cuda
+    p = GPU_PROBLEMS[1]
+    x, f = common.random_inputs(p, seed=0)
+    xs, fs = common.to_layout(x, f, "nhwc")
+    y = cuda.to_device(np.full(common.shapes(p, "nhwc")[2], np.nan, dtype=np.float32))
+    s = cuda_stages.stage("SPLIT-K", dict(BM=64, BN=32, BKC=8, SPLIT=3))
+    common.launcher(s, cuda.to_device(xs), cuda.to_device(fs), y)()
+    cuda.synchronize()
+    check.assert_close(common.output_to_nchw(y.copy_to_host(), "nhwc"), common.reference(x, f),
+                       atol=common.tolerance(p), rtol=1e-5)
 
 
 HALO_TILES = [dict(TH=8, TW=16, BN=64, BKC=16), dict(TH=8, TW=16, BN=64, BKC=8), dict(TH=16, TW=16, BN=64, BKC=8)]

@@ -75,8 +75,8 @@ def check_tile(name: str, tile: dict) -> None:
         raise ValueError(f"{name}: tile must set exactly {sorted(DEFAULTS[name])}, got {sorted(tile)}")
     if any(not isinstance(v, int) or v < 1 for v in tile.values()):
         raise ValueError(f"{name}: tile sizes must be positive integers, got {tile}")
-    if tile.get("SPLIT", 1) > 64:
-        raise ValueError(f"{name}: SPLIT must be at most 64 (the grid's z extent), got {tile['SPLIT']}")
+    if tile.get("SPLIT", 1) > 64:   # the project's cap; the grid's z extent would allow 65535
+        raise ValueError(f"{name}: SPLIT must be at most 64, got {tile['SPLIT']}")
     if name == "HALO TILE":
         if tile["TW"] % 8:
             raise ValueError(f"{name}: TW must be a multiple of 8 (a thread owns 8 columns), got {tile}")
@@ -139,8 +139,9 @@ def stage(name: str, tile: dict | None = None) -> Stage:
         if why := unsupported(name, tile, device.properties()):
             raise RuntimeError(why)   # rather than the compiler's or the driver's error
         grid, block = geometry(name, tile, p)
-        if grid[2] > 1:
-            y.fill(0)   # the slices add into y
+        if grid[2] > 1:   # the slices add into y
+            import cupy
+            cupy.asarray(y).fill(0)   # a view, not a copy, of any device array (CuPy's or Numba's)
         _kernel(name, opts, smem)(grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))),
                                   shared_mem=smem)
 

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..harness import cuda_cpp, device, perfmodel, sass
-from . import cuda_stages
+from . import cuda_stages, s1_naive, s2_coalescing, s3_block_tiling, s4_shared
 from .common import Problem
 
 NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_kernel(**GPU_TILE))
@@ -109,11 +109,13 @@ def compiled(stage: str, tile: dict | None = None, arch: str | None = None) -> t
 def launch_shape(stage: str, p: Problem, tile: dict | None = None) -> tuple[int, int]:
     """(blocks, threads per block) of a stage's launch on problem ``p``."""
     if stage in ("NAIVE", "COALESCING"):
-        return math.ceil(p.pixels * p.k / 256), 256
+        threads = (s1_naive if stage == "NAIVE" else s2_coalescing).THREADS
+        return math.ceil(p.pixels * p.k / threads), threads
     if stage == "BLOCK TILING":
-        return math.ceil(p.n * p.h * math.ceil(p.w / 4) * p.k / 256), 256
+        tp, threads = s3_block_tiling.TP, s3_block_tiling.THREADS
+        return math.ceil(p.n * p.h * math.ceil(p.w / tp) * p.k / threads), threads
     if stage == "SHARED":
-        t = tile or {"by": 8, "bn": 32, "tm": 8, "bkc": 16}
+        t = tile or s4_shared.GPU_TILE
         return math.ceil(p.pixels / (t["by"] * t["tm"])) * math.ceil(p.k / t["bn"]), t["by"] * t["bn"]
     name = cuda_stage(stage)
     grid, block = cuda_stages.geometry(name, tile or cuda_stages.DEFAULTS[name], p)
@@ -157,9 +159,10 @@ def sass_counts(stage: str, p: Problem, tile: dict | None = None, sass: str | No
 
 
 def l1_wavefronts(stage: str, p: Problem) -> float | None:
-    """L1 wavefronts (distinct 128-byte lines per warp access, summed) of the stages that read global
-    memory directly, from their access pattern; None for the tiled stages, whose global traffic is
-    small beside their shared-memory loads (already in the ldst count).
+    """L1 wavefronts (distinct 128-byte lines per warp access, summed) of NAIVE and COALESCING, from
+    their access pattern; None for the other stages. BLOCK TILING's warp accesses touch one line
+    each, as COALESCING's do: one wavefront per load, which E's W_ldst already charges. The tiled
+    stages' global traffic is small beside their shared-memory loads (already in the ldst count).
 
     NAIVE and COALESCING: a warp is 32 output channels of one pixel (K a multiple of 32, as in both
     problems; otherwise warps straddle pixels and this is an estimate); every in-image tap and input

@@ -9,6 +9,8 @@ from numba import cuda, float32
 
 from .common import Stage
 
+THREADS = 256   # threads per block
+
 
 @cuda.jit
 def conv_naive(x, f, y):
@@ -34,7 +36,7 @@ def conv_naive(x, f, y):
     y[n, k, row, col] = acc
 
 
-def launch(x, f, y, p, threads=256):
+def launch(x, f, y, p, threads=THREADS):
     total = p.n * p.h * p.w * p.k
     conv_naive[(total + threads - 1) // threads, threads](x, f, y)
 

@@ -8,6 +8,8 @@ from numba import cuda, float32
 
 from .common import Stage
 
+THREADS = 256   # threads per block
+
 
 @cuda.jit
 def conv_coalescing(x, f, y):
@@ -33,7 +35,7 @@ def conv_coalescing(x, f, y):
     y[n, row, col, k] = acc
 
 
-def launch(x, f, y, p, threads=256):
+def launch(x, f, y, p, threads=THREADS):
     total = p.n * p.h * p.w * p.k
     conv_coalescing[(total + threads - 1) // threads, threads](x, f, y)
 

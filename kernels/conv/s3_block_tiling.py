@@ -8,6 +8,7 @@ from numba import cuda, float32
 
 from .common import Stage
 
+THREADS = 256   # threads per block
 TP = 4  # pixels per thread, along a row; a compile-time constant so the accumulators stay in registers
 
 
@@ -42,7 +43,7 @@ def conv_block_tiling(x, f, y):
             y[n, row, col0 + p, k] = acc[p]
 
 
-def launch(x, f, y, p, threads=256):
+def launch(x, f, y, p, threads=THREADS):
     total = p.n * p.h * ((p.w + TP - 1) // TP) * p.k
     conv_block_tiling[(total + threads - 1) // threads, threads](x, f, y)
 

@@ -1,6 +1,6 @@
 // REGISTER TILING: each thread now owns an 8 x 8 tile -- 8 pixels x 8 output channels -- instead of
 // 8 x 1. Per step of the inner loop it reads 8 input and 8 filter values from shared memory (four
-// LDS.128) and does 64 FMAs with them (outer product), where VECTORIZE did 8 FMAs per 2.25 loads.
+// LDS.128) and does 64 FMAs with them (outer product), where VECTORIZE did 8 FMAs per 3 loads.
 // A thread's pixels and channels come in two groups of 4, half a tile apart, so the 8 lanes that
 // share a 128-byte shared-memory wavefront read 8 consecutive float4s: no bank conflicts.
 // Needs C and K multiples of 4 and 16-byte aligned tensors. Layout NHWC as in VECTORIZE.

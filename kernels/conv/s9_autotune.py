@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from itertools import product
 
-from ..harness import timing
+from ..harness import device, timing
 from . import cuda_stages
 from .common import Problem, launcher
 
@@ -18,9 +18,13 @@ NAME = "SPLIT-K"
 KEYS = ("BM", "BN", "BKC", "SPLIT")
 
 
-def candidates(p: Problem, sms: int = 132) -> list[dict]:
+def candidates(p: Problem, sms: int | None = None) -> list[dict]:
     """Tiles worth trying on ``p``: 64 to 256 threads, no block wider than the channels it covers;
-    reduction slices only while the output tiles alone give fewer than four blocks per SM."""
+    reduction slices only while the output tiles alone give fewer than four blocks per SM (``sms``:
+    this GPU's SM count by default; without a GPU, the reference GPU's)."""
+    sms = device.target_properties()["sms"] if sms is None else sms
+    if not isinstance(sms, int) or sms < 1:
+        raise ValueError(f"sms must be a positive integer, got {sms!r}")
     out = []
     for bm, bn, bkc in product((32, 64, 128, 256), (32, 64, 128), (8, 16)):
         threads = bm // 8 * bn // 8

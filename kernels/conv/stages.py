@@ -1,6 +1,7 @@
 """All stages in order, as the notebook, the tests and scripts/conv_counts.py list them."""
 from __future__ import annotations
 
+from ..harness import device
 from . import cuda_stages, s0_seq, s1_naive, s2_coalescing, s3_block_tiling, s4_shared
 from .common import Stage
 
@@ -26,10 +27,11 @@ def unsupported(props: dict) -> dict[str, str]:
     return {name: reason for name, reason in why.items() if reason}
 
 
-def simulator() -> list[Stage]:
-    """The stages the CUDA simulator can run, with tiles small enough for it (SEQ runs on the CPU)."""
-    return [s0_seq.STAGE, s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE,
-            s4_shared.stage(**s4_shared.SIM_TILE)]
+def numba_stages() -> list[Stage]:
+    """SEQ (on the CPU) and the Numba stages, as this mode can run them: on a GPU with the tiles the
+    timing uses; in the simulator, where each thread is a Python thread, SHARED with a smaller tile."""
+    shared = s4_shared.STAGE if device.on_gpu() else s4_shared.stage(**s4_shared.SIM_TILE)
+    return [s0_seq.STAGE, s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, shared]
 
 
 def tile_of(name: str) -> dict | None:
