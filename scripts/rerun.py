@@ -3,7 +3,9 @@
     python scripts/rerun.py machine            # executed copy in build/rerun/<gpu>/, committed notebook untouched
     python scripts/rerun.py machine --update   # maintainers: refresh the committed notebook in place
 
-The notebook appends its measurements to data/results/<gpu>/<chapter>.csv as it runs.
+The notebook appends its measurements to data/results/<gpu>/<chapter>.csv as it runs (to
+$BOOK_RESULTS/<gpu>/<chapter>.csv if BOOK_RESULTS is set); the reference GPU's numbers always come
+from the repository's data/results.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.harness import device, results  # noqa: E402
 
+# The reference GPU's committed runs. BOOK_RESULTS may send this run's rows elsewhere (a student's
+# own folder, empty at first); the reference column still comes from the repository.
+REFERENCE_RESULTS = ROOT / "data" / "results"
+
 
 def chapter_notebooks(chapter: str) -> list[Path]:
     """Notebooks whose name, without its leading number, starts with ``chapter`` (02_ssim_worklog -> ssim)."""
@@ -26,6 +32,31 @@ def chapter_notebooks(chapter: str) -> list[Path]:
         names = sorted(re.sub(r"^\d+[a-z]?_", "", p.stem) for p in (ROOT / "notebooks").glob("*.ipynb"))
         raise SystemExit(f"no notebook for chapter {chapter!r}; chapters: {', '.join(names)}")
     return found
+
+
+def reference_rows(reference: str) -> dict:
+    """The reference GPU's newest committed rows, {chapter: {key: row}}, from the repository."""
+    return {c: results.latest(c, reference, REFERENCE_RESULTS)
+            for c in results.chapters(reference, REFERENCE_RESULTS)}
+
+
+def comparison(mine: str, since: str, before: dict) -> list[str]:
+    """The table of what GPU ``mine`` recorded from ``since`` on (in results.RESULTS, which BOOK_RESULTS
+    sets), beside the reference rows ``before`` (from reference_rows) and the ratio."""
+    lines = [f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} "
+             f"{'ratio':>6}"]
+    for chapter in results.chapters(mine):
+        ref = before.get(chapter, {})
+        for key, row in sorted(results.latest(chapter, mine).items()):
+            if row["date"] < since:
+                continue  # only what this run measured
+            ours = float(row["value"])
+            theirs = float(ref[key]["value"]) if key in ref else None
+            ratio = f"{ours / theirs:6.3f}" if theirs else f"{'-':>6}"
+            theirs_s = f"{theirs:11.4g}" if theirs is not None else f"{'-':>11}"
+            lines.append(f"{chapter:<10.10} {key[0]:<18.18} {key[1]:<24.24} {key[2]:<22.22} {ours:11.4g} "
+                         f"{theirs_s} {ratio}")
+    return lines
 
 
 def main() -> int:
@@ -43,7 +74,7 @@ def main() -> int:
     env = device.environment()
     mine, reference = env["gpu_slug"], results.REFERENCE_GPU
     # The reference as committed, before this run appends (when this GPU is the reference GPU).
-    before = {c: results.latest(c, reference) for c in results.chapters(reference)}
+    before = reference_rows(reference)
     lab_run = {k: env.get(k) for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",
                                        "max_sm_clock_mhz", "max_mem_clock_mhz")} | {"software": device.software()}
     out_dir = ROOT / "build" / "rerun" / mine
@@ -60,17 +91,7 @@ def main() -> int:
         executed.metadata["lab_run"] = lab_run
         nbformat.write(executed, target)
     print(f"\nThis run on {env['gpu']} vs the reference GPU {reference} (as committed)")
-    print(f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} {'ratio':>6}")
-    for chapter in results.chapters(mine):
-        ref = before.get(chapter, {})
-        for key, row in sorted(results.latest(chapter, mine).items()):
-            if row["date"] < env["date"]:
-                continue  # only what this run measured
-            ours = float(row["value"])
-            theirs = float(ref[key]["value"]) if key in ref else None
-            ratio = f"{ours / theirs:6.3f}" if theirs else f"{'-':>6}"
-            theirs_s = f"{theirs:11.4g}" if theirs is not None else f"{'-':>11}"
-            print(f"{chapter:<10.10} {key[0]:<18.18} {key[1]:<24.24} {key[2]:<22.22} {ours:11.4g} {theirs_s} {ratio}")
+    print("\n".join(comparison(mine, env["date"], before)))
     return 0
 
 

@@ -168,6 +168,21 @@ def test_bad_geometry_and_arguments():
         ig.validate(5, x, w, bias=np.zeros(ig.CI_PROBLEM.k, np.float16))
 
 
+@pytest.mark.parametrize("step", ig.SPECIALIZED)
+def test_misaligned_bias_is_refused_by_the_steps_that_read_it_in_pairs(step):
+    """Steps 7-8 load bias as float2: a contiguous slice 4 bytes off an 8-byte boundary would fault."""
+    x, w = _inputs()
+    k = ig.CI_PROBLEM.k
+    buf = np.zeros(k + 2, np.float32)
+    start = 1 if buf.ctypes.data % 8 == 0 else 0
+    bias = buf[start:start + k]
+    assert bias.flags.c_contiguous and bias.ctypes.data % 8 == 4
+    with pytest.raises(ValueError, match="8-byte aligned"):
+        ig.validate(step, x, w, bias=bias)
+    assert ig.validate(5, x, w, bias=bias) == ig.CI_PROBLEM     # step 5 reads one float at a time
+    assert ig.validate(step, x, w, bias=buf[1 - start:1 - start + k]) == ig.CI_PROBLEM
+
+
 def test_pipeline_depth_is_checked():
     x, w = _inputs()
     out = np.zeros(ig.CI_PROBLEM.y_shape, np.float16)
@@ -183,6 +198,9 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
         ig.launcher(7, x, w, out, blocks=2)
+    for step in (1, 2, 3):   # no pipeline: a stage count would be silently ignored
+        with pytest.raises(ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8\) only; step {step}"):
+            ig.launcher(step, x, w, out, stages=3)
 
 
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
@@ -395,6 +413,23 @@ def test_warp_specialized_blocks_walk_the_tiles(step, blocks, stages, rng):
     bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
     out = ig.conv(step, x, w, bias=bias, alpha=0.5, stages=stages, blocks=blocks)
     result = ig.compare(out, ig.reference(x, w, bias=bias, alpha=0.5), problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+def test_tma_launcher_keeps_a_temporary_filter_alive(rng):
+    """Step 8's kernel reads w through a descriptor holding only its address: if the launcher did not
+    keep w, the pool would hand w's memory to the next array (zeros here) and the output would be 0."""
+    import cupy
+    if why := ig.unsupported(8, device.properties()):
+        pytest.skip(why)
+    problem = ig.ODD_PROBLEMS[0]
+    x, w = ig.random_inputs(problem, rng, cupy)
+    out = check.poison(cupy.empty(problem.y_shape, dtype=cupy.float16))
+    run = ig.launcher(8, x, w.copy(), out)   # nothing else refers to the copy
+    cupy.zeros(w.shape, dtype=w.dtype)       # the pool reuses a freed block of w's size, if any: zeros it
+    run()
+    result = ig.compare(out, ig.reference(x, w), problem)
     assert result.ok, f"{result} -- {result.detail}"
 
 

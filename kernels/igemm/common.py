@@ -234,6 +234,9 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
             raise ValueError(f"step {step} computes the plain convolution; bias, alpha and ReLU are "
                              f"fused in steps {EPILOGUE}")
         check.require_array(bias, "bias", dtype=np.float32, shape=(k,))
+        if step in SPECIALIZED and _device_pointer(bias) % 8:
+            raise ValueError(f"bias: steps {SPECIALIZED} read it two channels (8 bytes) at a time, so it "
+                             f"must be 8-byte aligned (a slice such as b[1:] may not be: pass a copy)")
     return problem
 
 
@@ -334,12 +337,15 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
              blocks: int | None = None) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
-    ``blocks`` (steps 7-8 only): how many blocks walk over the tiles; by default one per SM (a
-    persistent grid), ``problem.ws_tiles()`` gives one block per tile."""
+    ``stages`` (steps 4-8 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-8
+    only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
+    ``problem.ws_tiles()`` gives one block per tile."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
     if step not in EPILOGUE and (alpha != 1.0 or relu):
         raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in "
                          f"steps {EPILOGUE}")
+    if stages is not None and step not in PIPELINED:
+        raise ValueError(f"stages sets the pipeline depth of steps {PIPELINED} only; step {step} has none")
     stages = default_stages(step) if stages is None else stages
     if step in PIPELINED:
         low, high = STAGE_RANGE[step]
@@ -373,7 +379,13 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
     if step in SPECIALIZED:
         grid = (int(blocks) if blocks else min(problem.ws_tiles(), device.properties()["sms"]),)
     block = (threads(step),)
-    return lambda: kernel(grid, block, args, shared_mem=shared)
+
+    def launch():
+        kernel(grid, block, args, shared_mem=shared)
+    # Step 8's args hold only a descriptor of w's address, not w: the launcher keeps w alive itself, or
+    # a temporary w could be freed, and its memory reused, while the TMA engine still reads from it.
+    launch.w = w
+    return launch
 
 
 def filter_tensor_map(w):

@@ -31,10 +31,9 @@ extern "C" __global__ void tile_ldmatrix(unsigned* out, int iters, int row_strid
     unsigned acc = 0;
 #pragma unroll 8
     for (int i = 0; i < iters; ++i) {
-        unsigned r0, r1, r2, r3;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-        acc ^= r0 ^ r1 ^ r2 ^ r3;
+        unsigned r[4];
+        ldmatrix_x4(r, addr);
+        acc ^= r[0] ^ r[1] ^ r[2] ^ r[3];
     }
     out[blockIdx.x * blockDim.x + t] = acc;
 }

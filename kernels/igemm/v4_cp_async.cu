@@ -5,8 +5,9 @@
 // registers (its src-size 0 form writes the zeros of padding and ragged edges), and while the warps
 // compute on tile t, the copies of tiles t+1 .. t+STAGES-1 are already under way.
 // The input gather uses cp.async.ca, which keeps the L1 in the path: a 3x3 window reads every input
-// pixel nine times, and the L1 serves most of those repeats (see the notebook: the .cg form, which
-// bypasses the L1, made this step slower than step 3; -DX_BYPASS_L1 rebuilds it that way).
+// pixel nine times, and the L1 can serve some of those repeats. The .cg form, which bypasses the L1,
+// made this step much slower (-DX_BYPASS_L1 rebuilds it that way); with .ca the L1 still hits less
+// often than in step 3, and this step is still slower than step 3 (see the notebook).
 #include <cuda_fp16.h>
 #include "igemm_common.cuh"
 

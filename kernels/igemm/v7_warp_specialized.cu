@@ -4,11 +4,11 @@
 // cp.async img2col gather into a STAGES-deep ring and, per stage, an mbarrier that completes when the
 // copies have landed; two consumer warpgroups (200 registers each) wait on it, run wgmma m64n256k16
 // from the swizzled tiles and give the stage back through a second mbarrier: no block-wide barrier
-// is left. The 128x256 tile (cuDNN's is 128x256x64) moves 20% fewer shared-memory bytes per
-// multiply-add than 128x128 and gathers each input row half as often, and one block per SM walks
-// over the tiles, so the producer fills the next tile's stages while the consumers store the last.
-// Prediction: about 1.3x step 6, past 60% of cuDNN (measured on the H200: about 1.2x, right at 60%;
-// the notebook says why). Needs sm_90a, like step 6.
+// is left. The 128x256 tile moves 20% fewer shared-memory bytes per multiply-add than 128x128 and
+// gathers each input row half as often, and one block per SM walks over the tiles, so the producer
+// fills the next tile's stages while the consumers store the last.
+// Prediction: about 1.3x step 6, past 60% of cuDNN (the notebook measures it and says why it falls
+// short). Needs sm_90a, like step 6.
 #include <cuda_fp16.h>
 #include "hopper.cuh"
 
@@ -95,7 +95,9 @@ igemm_v7_warp_specialized(const half* __restrict__ x, const half* __restrict__ w
                 cp_async_arrive(full + 8 * stage);
             }
         }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");   // leave no copy in flight behind
+        // Leave no copy in flight behind. wait_all, not cp_async_wait<0>: these copies were never
+        // committed to a group (the mbarrier tracks them), and wait_group waits for groups only.
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
 

@@ -7,8 +7,8 @@
 // without passing through the L1 or the producer's registers. The input gather stays cp.async:
 // a 128-pixel tile crosses image rows, which a plain tiled box cannot describe.
 // Prediction: fewer load instructions in flight per stage (8 cp.async per thread instead of 24)
-// should shorten the time a stage takes to fill: a few percent to 10% over step 7 (measured on the
-// H200: about 13%, about 68% of cuDNN). sm_90a only.
+// should shorten the time a stage takes to fill: a few percent to 10% over step 7 (the notebook
+// measures it). sm_90a only.
 #include <cuda_fp16.h>
 #include "hopper.cuh"
 
@@ -107,7 +107,9 @@ igemm_v8_tma_filters(const half* __restrict__ x, const void* __restrict__ w_map,
                 cp_async_arrive(full + 8 * stage);
             }
         }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");   // leave no copy in flight behind
+        // Leave no copy in flight behind. wait_all, not cp_async_wait<0>: these copies were never
+        // committed to a group (the mbarrier tracks them), and wait_group waits for groups only.
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
 
