@@ -84,6 +84,11 @@ def test_blocks_per_sm_limits():
     assert pm.blocks_per_sm(1024, 16, 0) == 2
     # register granularity: 130 registers round up to 136 per thread (256 per warp granule)
     assert pm.blocks_per_sm(128, 130, 0) == 65536 // (math.ceil(130 * 32 / 256) * 256 * 4)
+    # sub-partitions: 2-warp blocks at 48 registers (1536 per warp): 10 warps in each quarter of the
+    # register file, 40 per SM, 20 blocks -- not the 21 that the whole file divided by 3072 gives
+    assert pm.register_warps(48) == 40
+    assert pm.blocks_per_sm(64, 48, 0) == 20
+    assert pm.blocks_per_sm(64, 48, 0, sub_partitions=1) == 21
 
 
 def test_predict_compute_and_memory_bound():

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from kernels.harness import device, sass
+from kernels.harness import cuda_cpp, device, sass
 from kernels.probes import batchnorm, common, compute, memcheck, memory, nchw, reduction
 from gpus import A100, H100, RTX_4090, T4
 
@@ -25,12 +25,23 @@ def test_every_probe_compiles(name, arch):
 @needs_sass
 def test_chase_loads_are_dependent_global_loads():
     for kernel, opcode in (("chase", "LDG.E.64"), ("chase_l2", "LDG.E.64.STRONG.GPU")):
-        body = compute.hot_loop(sass.disassemble(common.build("chase.cu"), kernel), "LDG")
+        ins = sass.disassemble(common.build("chase.cu"), kernel)
+        body = compute.timed_loop(ins, "LDG")
         loads = [i for i in body if i.base == "LDG"]
-        assert len(loads) >= 8 and all(i.opcode == opcode for i in loads)
+        # the timed loop is chase.cu's `#pragma unroll 8`, between the two clock reads; ptxas unrolls
+        # the untimed warm-up loop further, so the loop with the most loads is the wrong one
+        clocks = [i.address for i in ins if "SR_CLOCK" in i.operands]
+        assert clocks[0] < body[0].address and body[-1].address < clocks[-1]
+        assert len(loads) == 8 and all(i.opcode == opcode for i in loads)
         # each load's address register is the destination of the load before it
         for prev, nxt in zip(loads, loads[1:]):
             assert nxt.operands.split("[")[-1].startswith(prev.operands.split(",")[0])
+
+
+@needs_sass
+def test_timed_loop_needs_two_clock_reads():
+    with pytest.raises(ValueError, match="between two clock reads; the kernel has 0"):
+        compute.timed_loop(sass.disassemble(common.build("fma_v0_chain.cu"), "fma_chain"), "FFMA")
 
 
 @needs_sass
@@ -88,6 +99,29 @@ def test_batchnorm_registers_grow_as_threads_per_column_shrink():
     assert regs[1] > regs[2] > regs[4] and regs[1] >= 128
 
 
+def test_batchnorm_resources_compile_for_the_target_gpu(monkeypatch):
+    archs = []
+    compile_cubin = cuda_cpp.compile_cubin
+    monkeypatch.setattr(cuda_cpp, "compile_cubin", lambda path, arch, opts: archs.append(arch) or
+                        compile_cubin(path, arch, opts))
+    monkeypatch.setattr(device, "on_gpu", lambda: True)
+    monkeypatch.setattr(device, "properties", lambda: A100)
+    batchnorm.resources()
+    assert set(archs) == {"sm_80"}
+
+
+def test_mi25_ratios_come_from_the_seeds():
+    r = common.mi25_ratios()
+    # the source's numbers: 21.383 / 10.963 ms, 21 / 44 and 43 / 44 FMA/cycle, 115 / 87 cycles,
+    # 90 / 359 GB/s, 450 / 144 GB/s, 2.82 / 4.80 ms, 32 / 22 Gpixel/s
+    assert r["tail"] == pytest.approx(21.383 / 10.963, rel=1e-3)
+    assert (r["divergent"], r["swapped"], r["banks"]) == (21 / 44, 43 / 44, 115 / 87)
+    assert (r["channels"], r["padding"], r["reduction"], r["batchnorm"]) == (90 / 359, 450 / 144, 2.82 / 4.80, 32 / 22)
+    assert common.mi25_padding() == {"padding v0 local": {1: 44.0, 16: 144.0}, "padding v2 constant": {16: 450.0}}
+    mi25 = {e["probe"]: e["MI25"] for e in common.summary([], 132)}
+    assert mi25["tail: time(SMs + 1 blocks) / time(SMs)"] == r["tail"]
+
+
 def test_batchnorm_reference():
     x = np.random.default_rng(3).standard_normal((16, 5)) * 3 + 2
     y = batchnorm.reference(x)
@@ -96,7 +130,14 @@ def test_batchnorm_reference():
 
 def test_channel_strides_include_padded_powers_of_two():
     s = memory.channel_strides()
-    assert 128 in s and 16384 in s and 16384 + 128 in s and all(v % 64 == 0 for v in s)
+    assert 128 in s and 16384 in s and 16384 + 128 in s and all(v % 64 == 0 and v >= 128 for v in s)
+
+
+@pytest.mark.parametrize("l2_bytes", [H100["l2_bytes"], 60 * 2**20, T4["l2_bytes"]])
+def test_latency_sizes_reach_four_times_l2(l2_bytes):
+    sizes = memory.latency_sizes(l2_bytes)
+    assert sizes[0] == 4096 and sizes[-1] == 4 * l2_bytes // 4096 * 4096
+    assert sizes == sorted(set(sizes)) and all(s % 4096 == 0 for s in sizes)
 
 
 def test_channel_strides_that_do_not_fit_are_left_out():
@@ -127,6 +168,10 @@ def test_warps_per_sm_model(monkeypatch):
     monkeypatch.setattr(device, "on_gpu", lambda: False)  # the reference H100
     assert compute.warps_per_sm(32) == 64
     assert compute.warps_per_sm(64) == 32
+    # cudaOccMaxBlocksPerSMRegsLimit: whole warps per sub-partition (16384 registers each), so 48
+    # registers give 4 x 10 warps, not 65536 // 1536 = 42
+    assert compute.warps_per_sm(48) == 40
+    assert compute.warps_per_sm(168) == 12
     assert compute.warps_per_sm(255) == 8    # 256 per thread -> 8192 per warp
     with pytest.raises(ValueError, match="<= 255"):
         compute.warps_per_sm(256)
@@ -219,7 +264,8 @@ def test_tail_blocks_bracket_the_sm_count():
     (lambda: nchw.run_nchw((16384, 64, 56, 56)), "overflows"),
     (lambda: memory.run_mem_divergence([32]), "divergence is a lane mask"),
     (lambda: memory.run_channels([0]), "stride must be >= 1"),
-    (lambda: memory.run_channels([100]), "multiple of 64"),
+    (lambda: memory.run_channels([200]), "multiple of 64"),
+    (lambda: memory.run_channels([64]), "stride must be >= 128 bytes"),
     (lambda: compute.run_math(["tanf"]), "math function must be one of"),
     (lambda: compute.run_math(["sinf"], latency_iters=100), "multiple of 8"),
     (lambda: batchnorm.run_batchnorm([("v2 registers", 3)]), "threads per column must be one of"),

@@ -85,16 +85,24 @@ SMEM_RESERVED = 1024   # shared memory the driver reserves for each resident blo
 
 def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads: int = 2048,
                   regs_per_sm: int = 65536, smem_per_sm: int = 233472, max_blocks: int = 32,
-                  reg_granule: int = 256, smem_reserved: int = SMEM_RESERVED) -> int:
-    """Resident blocks per SM allowed by threads, registers (allocated per warp in granules) and
-    shared memory (each block also reserves ``smem_reserved`` bytes; H100 defaults)."""
+                  reg_granule: int = 256, smem_reserved: int = SMEM_RESERVED, sub_partitions: int = 4) -> int:
+    """Resident blocks per SM allowed by threads, registers and shared memory (H100 defaults), as
+    cuda_occupancy.h counts them: a warp's registers are allocated in granules, and each of the SM's
+    ``sub_partitions`` holds whole warps in its share of the register file; each block also reserves
+    ``smem_reserved`` bytes of shared memory."""
     if threads < 1 or registers < 1 or smem_bytes < 0:
         raise ValueError(f"need threads >= 1, registers >= 1, smem >= 0; got {threads}, {registers}, {smem_bytes}")
     warps = math.ceil(threads / 32)
-    regs_per_warp = math.ceil(registers * 32 / reg_granule) * reg_granule
-    limits = [max_threads // (warps * 32), regs_per_sm // (regs_per_warp * warps), max_blocks]
-    limits.append(smem_per_sm // (smem_bytes + smem_reserved))
+    limits = [max_threads // (warps * 32), register_warps(registers, regs_per_sm, reg_granule, sub_partitions) // warps,
+              max_blocks, smem_per_sm // (smem_bytes + smem_reserved)]
     return max(0, min(limits))
+
+
+def register_warps(registers: int, regs_per_sm: int = 65536, reg_granule: int = 256, sub_partitions: int = 4) -> int:
+    """Warps an SM's register file holds at ``registers`` per thread: whole warps in each
+    sub-partition's share (cudaOccMaxBlocksPerSMRegsLimit), so 48 registers give 40 warps, not 42."""
+    per_warp = math.ceil(registers * 32 / reg_granule) * reg_granule
+    return regs_per_sm // sub_partitions // per_warp * sub_partitions
 
 
 def _eta(efficiency, warps: int) -> float:

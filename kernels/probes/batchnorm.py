@@ -58,8 +58,9 @@ def normalize(version: str, x, y, tpc: int = 1):
     common.load(VERSIONS[version], "batchnorm", defines)(grid, block, (x, y, np.int32(pixels), np.int32(batch)))
 
 
-def resources(arch: str = "sm_90", batch: int = 128) -> list[dict]:
-    """Registers and spills per version (v2 per threads-per-column), from ptxas (compile only)."""
+def resources(arch: str | None = None, batch: int = 128) -> list[dict]:
+    """Registers and spills per version (v2 per threads-per-column), from ptxas (compile only;
+    ``arch`` defaults to ``device.target_arch()``)."""
     out = []
     for version, path in VERSIONS.items():
         for tpc in (THREADS_PER_COLUMN if version == "v2 registers" else (1,)):
@@ -83,8 +84,8 @@ def check_batchnorm(version: str, tpc: int = 1, *, batch: int = 128, pixels: int
 
 
 def run_batchnorm(cases, *, batch: int = 128, pixels: int = 64 * 56 * 56, repeat: int = 10) -> list[dict]:
-    """Gpixel/s (batch x pixels values normalized per second) and GB/s of compulsory traffic per case
-    (version, threads per column)."""
+    """Gvalues/s (batch x pixels values normalized per second) and GB/s of compulsory traffic (one
+    4-byte read and one 4-byte write per value) per case (version, threads per column)."""
     for version, tpc in cases:
         plan(version, batch, pixels, tpc)
     common.working_set(4 * batch * pixels, copies=2)
@@ -97,7 +98,7 @@ def run_batchnorm(cases, *, batch: int = 128, pixels: int = 64 * 56 * 56, repeat
         t = timing.benchmark(lambda: normalize(version, x, y, tpc), warmup=2, repeat=repeat)
         problem = f"{batch} x {pixels}, TPC {tpc}"
         rows += [row(f"batchnorm {version}", problem, "throughput", batch * pixels / (t.median_ms * 1e-3) / 1e9,
-                     "Gpixel/s", tpc=tpc),
+                     "Gvalues/s", tpc=tpc),
                  row(f"batchnorm {version}", problem, "bandwidth", 8 * batch * pixels / (t.median_ms * 1e-3) / 1e9,
                      "GB/s", tpc=tpc)]
     return rows

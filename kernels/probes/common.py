@@ -146,6 +146,40 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
+def mi25_padding() -> dict[str, dict[int, float]]:
+    """The MI25's padding bandwidths: kernel -> {channels per thread: GB/s} (the channel count opens
+    each seed row's note)."""
+    out = {}
+    for r in seeds("probes_mi25"):
+        if r["probe"] == "padding":
+            out.setdefault(r["kernel"], {})[int(r["note"].split()[0])] = float(r["value"])
+    return out
+
+
+def mi25_ratios() -> dict[str, float]:
+    """The MI25's ratios that the chapters set beside ours, all from data/seeds/probes_mi25.csv."""
+    mi25 = seeds("probes_mi25")
+    divergence = [r for r in mi25 if r["probe"] == "divergence"]
+    tail = {number(r["problem"]): float(r["value"]) for r in mi25 if r["kernel"] == "fma tail"}
+    (b0, rate0), (b1, rate1) = sorted(tail.items())
+    padding = mi25_padding()
+    return {
+        # the source gives the rates of 64 and 65 blocks; a launch's time is blocks / rate
+        "tail": (b1 / rate1) / (b0 / rate0),
+        "divergent": _pick(divergence, "fma divergent", "FMA per cycle per SM")
+        / _pick(divergence, "fma v0 chain", "FMA per cycle per SM"),
+        "swapped": _pick(divergence, "fma swapped", "FMA per cycle per SM")
+        / _pick(divergence, "fma v0 chain", "FMA per cycle per SM"),
+        "banks": _pick(mi25, "smem banks", "latency", "stride 16") / _pick(mi25, "smem banks", "latency", "stride 1"),
+        "channels": _pick(mi25, "channels", "bandwidth", "shrink 256 B")
+        / _pick(mi25, "channels", "bandwidth", "shrink 65536 B"),
+        "padding": padding["padding v2 constant"][16] / padding["padding v0 local"][16],
+        "reduction": _pick(mi25, "reduce tree 4", "time") / _pick(mi25, "reduce tree 2", "time"),
+        "batchnorm": _pick(mi25, "batchnorm", "throughput", "1 pass 4 threads per column")
+        / _pick(mi25, "batchnorm", "throughput", "3 passes"),
+    }
+
+
 def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> list[dict]:
     """The chapter's one table: our number, the MI25's, the range published for the H100 (column
     "published Hopper"), and a verdict.
@@ -153,6 +187,7 @@ def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> 
     ``rows``: our results rows (measured now or stored); ``sms``: the GPU's SM count (for the tail);
     ``cc``: its compute capability (for the per-lane rates; default this GPU's, or the reference's)."""
     lanes = lanes_per_sm(cc)
+    ratios = mi25_ratios()
     mi25, pub = seeds("probes_mi25"), {r["metric"]: r for r in seeds("probes_hopper_published")}
     fma_best = max([float(r["value"]) for r in rows if r["kernel"] in ("fma v0 chain", "fma v1 unroll 100", "fma v2 double loop")
                     and r["metric"] == "FMA per cycle per SM"], default=None)
@@ -181,10 +216,10 @@ def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> 
          _ratio(_pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), MI25_LANES_PER_CU),
          "FMA/cycle/lane", None),
         ("FMA per cycle per lane, no bank conflict (v3)", _ratio(fma_v3, lanes), None, "FMA/cycle/lane", None),
-        ("tail: time(SMs + 1 blocks) / time(SMs)", tail, 21.383 / 10.963, "ratio", None),
+        ("tail: time(SMs + 1 blocks) / time(SMs)", tail, ratios["tail"], "ratio", None),
         ("divergent / plain FMA rate", _ratio(_pick(rows, "fma divergent", "FMA per cycle per SM"),
                                               _pick(rows, "fma v0 chain", "FMA per cycle per SM", f"{sms} x 1024 threads")),
-         21 / 44, "ratio", None),
+         ratios["divergent"], "ratio", None),
         ("L1 hit latency", _pick(rows, "chase", "L1 hit latency"), _pick(mi25, "chase", "L1 hit latency"), "cycles",
          "L1 hit latency"),
         ("L2 hit latency (near)", _pick(rows, "chase", "L2 hit latency"), _pick(mi25, "chase", "L2 hit latency"),
@@ -195,20 +230,20 @@ def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> 
          _pick(mi25, "smem chase", "shared-memory latency"), "cycles", None),
         ("bank conflicts: stride 16 / stride 1", _ratio(_pick(rows, "smem banks", "latency", "stride 16"),
                                                         _pick(rows, "smem banks", "latency", "stride 1")),
-         115 / 87, "ratio", None),
+         ratios["banks"], "ratio", None),
         ("NCHW index bandwidth", _pick(rows, "nchw index", "bandwidth", "N*H*W = 1024x56x56"),
          _pick(mi25, "nchw index", "bandwidth"), "GB/s", None),
         ("channels: worst / best stride GB/s", _ratio(min(channel, default=None), max(channel, default=None)),
-         90 / 359, "ratio", None),
+         ratios["channels"], "ratio", None),
         ("sin (fp64): cycles per call, one warp's chain", _pick(rows, "math", "latency", "sin (fp64)"),
          _pick(mi25, "math", "cycles per call"), "cycles", None),
         ("padding 16 ch: constant / local-memory GB/s",
          _ratio(*[_pick([r for r in rows if r["problem"].endswith(" 16 ch/thread")], k, "bandwidth")
-                  for k in ("padding v2 constant", "padding v0 local")]), 450 / 144, "ratio", None),
+                  for k in ("padding v2 constant", "padding v0 local")]), ratios["padding"], "ratio", None),
         ("reduction: tree 4 / tree 2 time", _ratio(_pick(rows, "reduce tree 4", "time"), _pick(rows, "reduce tree 2", "time")),
-         2.82 / 4.80, "ratio", None),
+         ratios["reduction"], "ratio", None),
         ("BatchNorm: 1 pass (4 threads/column) / 3 passes", _ratio(bn.get("batchnorm v2 registers"), bn3),
-         32 / 22, "ratio", None),
+         ratios["batchnorm"], "ratio", None),
     ]
     out = []
     for name, ours, theirs, unit, published in entries:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..harness import check, device, sass, timing
+from ..harness import check, device, perfmodel, sass, timing
 from . import common
 from .common import positive_int, row
 
@@ -170,11 +170,12 @@ def run_fma_tail(blocks_list, *, threads: int = 1024, iters: int = 2**18 - 44, r
 
 def warps_per_sm(registers: int) -> int:
     """Resident warps an SM of this GPU (the reference H100 without one) can hold at ``registers`` per
-    thread (allocated in units of 8 per thread)."""
+    thread (``perfmodel.register_warps``: whole warps in each sub-partition's quarter of the register
+    file, as cuda_occupancy.h counts them)."""
     registers = positive_int(registers, "registers", maximum=255)
-    per_warp = math.ceil(registers / 8) * 8 * WARP
     props = device.target_properties()
-    return min(props["max_threads_per_sm"] // WARP, props["regs_per_sm"] // per_warp)
+    return min(props["max_threads_per_sm"] // WARP,
+               perfmodel.register_warps(registers, props["regs_per_sm"], sub_partitions=SCHEDULERS_PER_SM))
 
 
 def register_report(live_counts=LIVE_COUNTS, arch: str | None = None) -> list[dict]:
@@ -316,6 +317,16 @@ def hot_loop(instructions, opcode: str):
     """The loop body holding the most ``opcode`` instructions (e.g. the FMA loop), or [] if none."""
     bodies = [b for b in sass.loops(instructions) if any(i.base == opcode for i in b)]
     return max(bodies, key=lambda b: sum(i.base == opcode for i in b), default=[])
+
+
+def timed_loop(instructions, opcode: str):
+    """``hot_loop`` among the loops between a kernel's first and last clock read (SR_CLOCKLO): the
+    timed loop, not an untimed warm-up loop that ptxas may have unrolled further."""
+    clocks = [i.address for i in instructions if "SR_CLOCK" in i.operands]
+    if len(clocks) < 2:
+        raise ValueError(f"a timed loop lies between two clock reads; the kernel has {len(clocks)}")
+    inside = [i for i in instructions if clocks[0] < i.address < clocks[-1]]
+    return hot_loop(inside, opcode)
 
 
 def issue_cycles(body) -> int:

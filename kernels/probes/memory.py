@@ -112,11 +112,12 @@ def run_chase(buf, *, steps: int, warm: int = 0, l2_only: bool = False, flush: b
 
 
 def latency_sizes(l2_bytes: int) -> list[int]:
-    """Working sets from 4 KiB to 4 x L2: factors of two, plus eighths of L2 from L2 / 4 to 2 x L2
-    (where the L2's near and far halves would show)."""
+    """Working sets from 4 KiB to 4 x L2: factors of two, eighths of L2 from L2 / 4 to 2 x L2
+    (where the L2's near and far halves would show), and 4 x L2 itself, the HBM latency's set."""
     positive_int(l2_bytes, "l2_bytes")
     sizes = {2**k for k in range(12, int(math.log2(4 * l2_bytes)) + 1)}
     sizes |= {int(k / 8 * l2_bytes) // 4096 * 4096 for k in range(2, 17)}
+    sizes.add(4 * l2_bytes // 4096 * 4096)
     return sorted(sizes)
 
 
@@ -271,6 +272,9 @@ def channels_that_fit(strides, lines: int, props: dict) -> tuple[list[int], str 
 
 def _channel_params(stride: int, lines: int) -> int:
     stride = positive_int(stride, "stride")
+    if stride < 128:
+        raise ValueError(f"stride must be >= 128 bytes (each warp reads a 128-byte line; a shorter stride "
+                         f"reads overlapping lines), got {stride}")
     if stride % 64:
         raise ValueError(f"stride must be a multiple of 64 bytes, got {stride}")
     positive_int(lines, "lines", maximum=2**30)
