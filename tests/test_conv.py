@@ -447,7 +447,8 @@ def test_gpu_split_k_slices_add_up(split):
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 def test_gpu_split_k_zeroes_a_numba_device_array():
-    """validate accepts any device array; SPLIT-K must zero a Numba output before its slices add to it."""
+    """validate accepts any device array: a CUDA C++ stage launches on Numba's arrays too, and SPLIT-K
+    zeroes a Numba output before its slices add to it."""
     from numba import cuda
     p = GPU_PROBLEMS[1]
     x, f = common.random_inputs(p, seed=0)

@@ -138,10 +138,12 @@ def stage(name: str, tile: dict | None = None) -> Stage:
     def launch(x, f, y, p):
         if why := unsupported(name, tile, device.properties()):
             raise RuntimeError(why)   # rather than the compiler's or the driver's error
+        import cupy
         grid, block = geometry(name, tile, p)
+        # CuPy views, not copies, of any device array: the launch takes only CuPy's (validate accepts Numba's too)
+        x, f, y = (cupy.asarray(a) for a in (x, f, y))
         if grid[2] > 1:   # the slices add into y
-            import cupy
-            cupy.asarray(y).fill(0)   # a view, not a copy, of any device array (CuPy's or Numba's)
+            y.fill(0)
         _kernel(name, opts, smem)(grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))),
                                   shared_mem=smem)
 
