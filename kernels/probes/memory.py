@@ -379,7 +379,8 @@ def pad(version: str, x, out, channels: int, p: int):
     kernel(grid, block, (x, out, np.int32(channels), np.int32(c), np.int32(h), np.int32(w), np.int32(p)))
 
 
-def check_padding(version: str, channels: int, *, shape=(2, 32, 7, 7), p: int = 3, seed: int = 0) -> check.CheckResult:
+def check_padding(version: str, channels: int, *, shape=(2, 32, 7, 7), p: int = 3,
+                  seed: int | None = None) -> check.CheckResult:
     """One padding version on fresh random input with poisoned output, against NumPy (GPU)."""
     padding_plan(version, channels, shape, p)
     common.require_gpu("checking the padding kernel")
