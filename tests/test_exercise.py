@@ -90,6 +90,23 @@ def test_writing_past_the_end_of_the_output_is_caught(rng):
     assert not report.ok and "past the end of `out`" in str(report)
 
 
+def test_writing_past_the_end_of_an_input_is_caught(rng):
+    def launch(out, x):
+        host(out)[:] = x
+        x.base[x.size + 2] = 0.0  # the input's guard, where a wrong index lands
+    report = run(launch, rng=rng)
+    assert not report.ok and "past the end of its input argument 1 (which has 37)" in str(report)
+
+
+def test_a_failure_outside_the_usual_patterns_is_still_named(rng):
+    def reference(x):
+        want = x.astype(np.float64)
+        want[5] = np.inf
+        return want
+    report = run(lambda out, x: host(out).__setitem__(slice(None), x), reference=reference, rng=rng)
+    assert not report.ok and "1 elements differ where the reference is NaN/Inf" in str(report)
+
+
 def test_changing_an_input_is_caught(rng):
     def launch(out, x):
         host(out)[:] = x
@@ -244,6 +261,13 @@ def test_grading_command(tmp_path, capsys):
     assert text.rstrip().endswith("1 passed, 2 failed")
     assert exercise.main(["list"]) == 0
     assert "machine-ex-saxpy" in capsys.readouterr().out
+
+
+def test_grading_command_names_an_unknown_exercise(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        exercise.main(["check", "nosuch-ex-x", str(tmp_path / "sub.py")])
+    assert exit_.value.code == 2
+    assert "error: no auto-checked exercise 'nosuch-ex-x'; registered: " in capsys.readouterr().err
 
 
 def test_an_overrun_that_writes_nan_is_caught(rng):

@@ -9,6 +9,9 @@ def test_poison_fills_floats_with_nan_and_ints_with_max():
     i = check.poison(np.zeros(3, np.int32))
     assert np.isnan(f).all()
     assert (i == np.iinfo(np.int32).max).all()
+    assert check.poison(np.zeros(4, bool)).all()
+    with pytest.raises(TypeError, match="cannot poison an array of dtype"):
+        check.poison_value(np.dtype("U3"))
 
 
 def test_compare_passes_within_tolerance(rng):
@@ -38,6 +41,17 @@ def test_compare_fails_on_unwritten_poisoned_elements(rng):
     assert "NaN" in str(result)
 
 
+def test_compare_requires_the_reference_s_nan_and_inf_exactly():
+    nan, inf = np.nan, np.inf
+    assert check.compare(np.array([1.0, nan, -inf, 2.0]), np.array([1.0, nan, -inf, 2.0]), atol=0).ok
+    for got, want in (([1.0, -inf], [1.0, inf]), ([1.0, 3.0], [1.0, nan]), ([1.0, nan], [1.0, inf])):
+        result = check.compare(np.array(got), np.array(want), atol=0)
+        assert not result.ok and result.n_special_mismatch == 1
+        assert str(result) == "FAIL  output: max|err| <= 0 (1 elements differ where the reference is NaN/Inf)"
+    with pytest.raises(ValueError, match="no finite element"):
+        check.compare(np.array([1.0, 2.0, 3.0]), np.full(3, nan), atol=1e-6)
+
+
 def test_compare_rejects_shape_mismatch_and_empty():
     with pytest.raises(ValueError, match="shape"):
         check.compare(np.zeros(3), np.zeros(4), atol=0)
@@ -59,14 +73,20 @@ def test_require_array_names_what_was_expected():
         check.require_array(a[0], "img", ndim=4)
     with pytest.raises(ValueError, match="expected shape"):
         check.require_array(a, "img", shape=(2, 3, 11, 12))
-    with pytest.raises(ValueError, match="smaller than the minimum"):
-        check.require_array(a, "img", min_shape=(1, 1, 12, 11))
     with pytest.raises(ValueError, match="C-contiguous"):
         check.require_array(a[..., ::2], "img")
     with pytest.raises(ValueError, match="empty"):
         check.require_array(np.zeros((0, 3)), "img")
     with pytest.raises(TypeError, match="expected an array"):
         check.require_array([1.0], "img")
+
+
+def test_require_array_takes_a_numba_device_array():
+    from numba import cuda
+    d = cuda.to_device(np.zeros((4, 6), np.float32))
+    assert check.require_array(d, "x", dtype=np.float32, shape=(4, 6)) is d
+    with pytest.raises(ValueError, match="C-contiguous"):
+        check.require_array(d[:, ::2], "x")
 
 
 def test_memcheck_without_a_gpu_says_so_in_one_line(capsys):

@@ -99,6 +99,9 @@ def test_predict_compute_and_memory_bound():
     assert p.gflops == pytest.approx(1000.0 * 64 / 100 * 0.5)
     p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, bytes_moved=1e9, bandwidth_gbps=100.0)
     assert p.bound == "memory" and p.ms == pytest.approx(10.0)
+    for bandwidth in (None, 0.0, -100.0):   # no memory bound dropped in silence
+        with pytest.raises(ValueError, match="bytes_moved"):
+            pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, bytes_moved=1e9, bandwidth_gbps=bandwidth)
 
 
 def test_predict_adds_the_epilogue_to_the_bound():

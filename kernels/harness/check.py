@@ -27,13 +27,24 @@ def to_host(x) -> np.ndarray:
     raise TypeError(f"expected a NumPy, CuPy or Numba device array, got {type(x).__name__}")
 
 
-def poison(x):
-    """Fill an output before a kernel runs, so that any element the kernel forgets shows up.
+def poison_value(dtype):
+    """The value ``poison`` fills with: NaN for floats (a comparison can never pass by accident), the
+    maximum for integers, True for booleans."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).max
+    raise TypeError(f"cannot poison an array of dtype {dtype.name}: expected a float, integer or bool dtype")
 
-    Floats get NaN (a comparison can never pass by accident); integers get their maximum value.
-    """
+
+def poison(x):
+    """Fill an output before a kernel runs, so that any element the kernel forgets shows up
+    (with ``poison_value``)."""
     dtype = np.dtype(x.dtype)
-    value = np.nan if dtype.kind in "fc" else np.iinfo(dtype).max
+    value = poison_value(dtype)
     if hasattr(x, "copy_to_host") and not hasattr(x, "fill"):  # Numba device array
         x.copy_to_device(np.full(x.shape, value, dtype=dtype))
     else:
@@ -50,6 +61,7 @@ class CheckResult:
     n_nonfinite: int
     atol: float
     rtol: float | None
+    n_special_mismatch: int = 0   # elements that differ where the reference is NaN or +-Inf
 
     def __str__(self) -> str:
         bound = f"max|err| <= {self.atol:g}" + ("" if self.rtol is None else f", rel <= {self.rtol:g}")
@@ -64,14 +76,17 @@ class CheckResult:
     def reason(self) -> str:
         if self.n_nonfinite:
             return f"{self.n_nonfinite} elements NaN/Inf where the reference is finite: unwritten or broken"
+        if self.n_special_mismatch:
+            return f"{self.n_special_mismatch} elements differ where the reference is NaN/Inf"
         return f"max|err| = {self.max_abs:.3g}, rel = {self.rel_fro:.3g}"
 
 
 def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "output") -> CheckResult:
     """Compare a kernel's output with a reference computed in float64.
 
-    Fails on any NaN/Inf where the reference is finite, on max |out - ref| > atol, and (if rtol
-    is given) on ||out - ref||_F / ||ref||_F > rtol.
+    Fails on any NaN/Inf where the reference is finite, on any other value where the reference is
+    NaN or +-Inf (there the output must hold the same), on max |out - ref| > atol, and (if rtol is
+    given) on ||out - ref||_F / ||ref||_F > rtol. A reference with no finite element is an error.
     """
     got = to_host(out).astype(np.float64)
     want = to_host(ref).astype(np.float64)
@@ -80,13 +95,17 @@ def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "ou
     if got.size == 0:
         raise ValueError(f"{name}: empty output; a check needs at least one element")
     finite = np.isfinite(want)
+    if not finite.any():
+        raise ValueError(f"{name}: the reference has no finite element; a tolerance cannot check it")
     nonfinite = int(np.count_nonzero(~np.isfinite(got) & finite))
-    diff = np.abs(got - want)[finite]
-    max_abs = float(diff.max()) if diff.size else 0.0
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    special = int(np.count_nonzero(~finite & ~same))
+    diff = np.abs(got[finite] - want[finite])
+    max_abs = float(diff.max())
     norm = float(np.linalg.norm(want[finite]))
     rel = float(np.linalg.norm(diff) / norm) if norm > 0 else max_abs
-    ok = nonfinite == 0 and max_abs <= atol and (rtol is None or rel <= rtol)
-    return CheckResult(name, ok, max_abs, rel, nonfinite, atol, rtol)
+    ok = nonfinite == 0 and special == 0 and max_abs <= atol and (rtol is None or rel <= rtol)
+    return CheckResult(name, ok, max_abs, rel, nonfinite, atol, rtol, special)
 
 
 def assert_close(out, ref, *, atol: float, rtol: float | None = None, name: str = "output") -> CheckResult:
@@ -95,14 +114,14 @@ def assert_close(out, ref, *, atol: float, rtol: float | None = None, name: str 
     return result
 
 
-def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: tuple | None = None,
-                  min_shape: tuple | None = None):
+def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: tuple | None = None):
     """Check a kernel argument and say what was expected if it is wrong.
 
     On a GPU the argument must be a device array (CuPy or Numba), C-contiguous; in the simulator a
     NumPy array plays the device array. Returns the array unchanged.
     """
-    is_device = hasattr(x, "__cuda_array_interface__")
+    # The simulator's Numba device arrays have copy_to_host but no __cuda_array_interface__.
+    is_device = hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host")
     if device.MODE == device.GPU and not is_device:
         kind = type(x).__name__
         hint = " (a host array: move it to the GPU with cupy.asarray)" if isinstance(x, np.ndarray) else ""
@@ -115,8 +134,6 @@ def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: t
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
     if shape is not None and tuple(x.shape) != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(x.shape)}")
-    if min_shape is not None and any(s < m for s, m in zip(x.shape, min_shape)):
-        raise ValueError(f"{name}: shape {tuple(x.shape)} is smaller than the minimum {tuple(min_shape)}")
     if int(np.prod(x.shape)) == 0:
         raise ValueError(f"{name}: empty array of shape {tuple(x.shape)}")
     if not _c_contiguous(x):

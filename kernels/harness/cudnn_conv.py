@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from . import check
+
 
 def missing() -> str | None:
     """None when the frontend and a cuDNN library load; else one line saying what is missing."""
@@ -44,6 +48,33 @@ class PlanTiming:
 
 
 LAYOUTS = ("nhwc", "nchw")
+DTYPES = {"half": np.float16, "float": np.float32}
+
+
+def operand_shapes(n: int, c: int, h: int, w: int, k: int, r: int, s: int, pad: int, stride: int,
+                   layout: str) -> dict[str, tuple]:
+    """The array shapes of input "x", filters "w" and output "y" of a graph: NHWC, KRSC and NPQK for
+    "nhwc"; NCHW, KCRS and NKPQ for "nchw"."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+    if layout == "nhwc":
+        return {"x": (n, h, w, c), "w": (k, r, s, c), "y": (n, p, q, k)}
+    return {"x": (n, c, h, w), "w": (k, c, r, s), "y": (n, k, p, q)}
+
+
+def device_pointers(x, w, out, shapes: dict[str, tuple], dtype) -> tuple[int, int, int]:
+    """The device addresses of (x, w, out) after checking each against the graph: a GPU array of
+    ``dtype``, C-contiguous, of its shape in ``shapes``. cuDNN checks none of this: a wrong dtype
+    gives wrong numbers, a small output is overrun."""
+    pointers = []
+    for name, a in (("x", x), ("w", w), ("y", out)):
+        check.require_array(a, name, dtype=dtype, shape=shapes[name])
+        interface = getattr(a, "__cuda_array_interface__", None)
+        if interface is None:
+            raise TypeError(f"{name}: cuDNN needs a GPU array (cupy.ndarray), got {type(a).__name__}")
+        pointers.append(interface["data"][0])
+    return tuple(pointers)
 
 
 class ConvFprop:
@@ -54,15 +85,15 @@ class ConvFprop:
 
     def __init__(self, n: int, c: int, h: int, w: int, k: int, r: int = 3, s: int = 3, pad: int = 1,
                  stride: int = 1, dtype: str = "half", tensor_cores: bool = True, layout: str = "nhwc"):
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        self.shapes = operand_shapes(n, c, h, w, k, r, s, pad, stride, layout)
+        self.dtype = DTYPES[dtype]
         import cudnn
-        types = {"half": cudnn.data_type.HALF, "float": cudnn.data_type.FLOAT}
-        if dtype not in types:
-            raise ValueError(f"dtype must be one of {sorted(types)}, got {dtype!r}")
         self.layout = layout
-        io, f32 = types[dtype], cudnn.data_type.FLOAT
-        p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+        io = {"half": cudnn.data_type.HALF, "float": cudnn.data_type.FLOAT}[dtype]
+        f32 = cudnn.data_type.FLOAT
+        p, q = self.shapes["y"][1:3] if layout == "nhwc" else self.shapes["y"][2:]
 
         def strides(ch: int, rows: int, cols: int) -> list[int]:
             """Strides of a tensor cuDNN names [batch, ch, rows, cols], channels innermost or outermost."""
@@ -94,9 +125,11 @@ class ConvFprop:
         return self.graph.get_plan_name_at_index(index)
 
     def launcher(self, index: int, x, w, out):
-        """A function that enqueues plan ``index`` on (x, w) -> out; CuPy arrays in the graph's layout."""
+        """A function that enqueues plan ``index`` on (x, w) -> out: GPU arrays of the graph's dtype,
+        shapes and layout (``device_pointers`` says which is wrong)."""
+        pointers = device_pointers(x, w, out, self.shapes, self.dtype)
+        pack = dict(zip((self.x, self.w, self.y), pointers))
         import cupy
-        pack = {self.x: x.data.ptr, self.w: w.data.ptr, self.y: out.data.ptr}
         workspace = cupy.empty(max(1, self.graph.get_workspace_size_plan_at_index(index)), dtype=cupy.uint8)
         return lambda: self.graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=self.handle)
 
@@ -104,6 +137,7 @@ class ConvFprop:
         """Every plan the heuristics offered, timed on the same inputs; plans that did not run say why
         (among them those deselected: tensor-core plans when ``tensor_cores=False``)."""
         from .timing import benchmark
+        device_pointers(x, w, out, self.shapes, self.dtype)   # wrong arrays are the caller's error, not a plan's
         rows = []
         for i in range(self.plan_count()):
             name = self.plan_name(i)

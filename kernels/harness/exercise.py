@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from . import device
-from .check import compare, to_host
+from .check import compare, poison_value, to_host
 
 KERNELS = Path(__file__).resolve().parents[1]
 # Elements of poison after every array: a kernel overrunning by up to a block of 1024 threads writes
@@ -140,10 +140,6 @@ def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *
 
 # --- running one size ---------------------------------------------------------------------------
 
-def _poison_value(dtype: np.dtype):
-    return np.nan if dtype.kind in "fc" else np.iinfo(dtype).max
-
-
 def _sentinel_value(dtype: np.dtype):
     """A second poison, finite and unlikely to be computed: an element holding it after the second
     run was never written (rather than computed as NaN)."""
@@ -177,7 +173,7 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill):
     args, in_bufs = [], []
     for x in inputs:
         if isinstance(x, np.ndarray):
-            view, buf = _guarded(x, x.shape, x.dtype, _poison_value(x.dtype))
+            view, buf = _guarded(x, x.shape, x.dtype, poison_value(x.dtype))
             args.append(view)
             in_bufs.append((x, buf))
         else:
@@ -195,7 +191,7 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill):
 
 
 def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
-    got, out_buf, in_bufs, error = _launch_once(launch, inputs, want.shape, out_dtype, _poison_value(out_dtype))
+    got, out_buf, in_bufs, error = _launch_once(launch, inputs, want.shape, out_dtype, poison_value(out_dtype))
     if error is not None:
         return [explain_exception(error)]
     problems = []
@@ -211,6 +207,11 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
         if not np.array_equal(now[:host.size], host.ravel(), equal_nan=host.dtype.kind in "fc"):
             problems.append(f"the kernel changed its input argument {pos + 1} (of shape {host.shape}); "
                             "it should only read it")
+        overrun = ~_equal(now[host.size:], poison_value(host.dtype))
+        if overrun.any():
+            problems.append(f"the kernel wrote {int(overrun.sum())} elements outside an array, past the end "
+                            f"of its input argument {pos + 1} (which has {host.size}): a missing or wrong "
+                            "bounds check or a wrong index; on a GPU such writes land in whatever memory follows")
     got_host = to_host(got)
     if got_host.shape != want.shape:
         return problems + [f"the output has shape {got_host.shape}, expected {want.shape}"]
@@ -223,7 +224,9 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
         again, _, _, error = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype))
         if error is None:
             unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
-    return problems + explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten)
+    # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
+    return problems + (explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten)
+                       or [result.reason()])
 
 
 def _equal(a: np.ndarray, value) -> np.ndarray:
@@ -419,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         for ex in all_exercises():
             print(f"{ex.label:<28} {ex.task}")
         return 0
-    ex = get(args.label)
+    try:
+        ex = get(args.label)
+    except KeyError as exc:
+        parser.error(exc.args[0])
     failed = 0
     for path in args.files:
         print(f"== {path}")

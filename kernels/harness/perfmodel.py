@@ -209,7 +209,9 @@ def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occ
             raise ValueError(f"need fp32_flops > 0 and FP32 instructions counted; got {fp32_flops}, {counts.fp32}")
         useful = flops / (counts.fp32 * fp32_flops)
     bounds = {"compute": flops / (peak_gflops * e * useful * occupancy * 1e9) * 1e3}
-    if bytes_moved is not None and bandwidth_gbps:
+    if bytes_moved is not None:
+        if bytes_moved < 0 or not bandwidth_gbps or bandwidth_gbps <= 0:
+            raise ValueError(f"need bytes_moved >= 0 and a positive bandwidth_gbps; got {bytes_moved}, {bandwidth_gbps}")
         bounds["memory"] = bytes_moved / (bandwidth_gbps * 1e9) * 1e3
     if wavefronts is not None:
         if not wavefront_rate or wavefront_rate <= 0 or wavefronts < 0:
