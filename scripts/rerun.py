@@ -46,16 +46,13 @@ def comparison(mine: str, since: str, before: dict) -> list[str]:
     lines = [f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} "
              f"{'ratio':>6}"]
     for chapter in results.chapters(mine):
-        ref = before.get(chapter, {})
-        for key, row in sorted(results.latest(chapter, mine).items()):
-            if row["date"] < since:
-                continue  # only what this run measured
-            ours = float(row["value"])
-            theirs = float(ref[key]["value"]) if key in ref else None
-            ratio = f"{ours / theirs:6.3f}" if theirs else f"{'-':>6}"
-            theirs_s = f"{theirs:11.4g}" if theirs is not None else f"{'-':>11}"
-            lines.append(f"{chapter:<10.10} {key[0]:<18.18} {key[1]:<24.24} {key[2]:<22.22} {ours:11.4g} "
-                         f"{theirs_s} {ratio}")
+        ours = {key: row for key, row in results.latest(chapter, mine).items()
+                if row["date"] >= since}  # only what this run measured
+        for r in results.compare(ours, before.get(chapter, {})):
+            theirs = f"{r['reference']:11.4g}" if r["reference"] is not None else f"{'-':>11}"
+            ratio = f"{r['ratio']:6.3f}" if r["ratio"] is not None else f"{'-':>6}"
+            lines.append(f"{chapter:<10.10} {r['kernel']:<18.18} {r['problem']:<24.24} {r['metric']:<22.22} "
+                         f"{r['mine']:11.4g} {theirs} {ratio}")
     return lines
 
 

@@ -61,8 +61,34 @@ def test_a_cached_compile_without_its_ptxas_report_is_redone(tmp_path, monkeypat
 def test_bad_arch_and_missing_file():
     with pytest.raises(ValueError, match="sm_90"):
         cuda_cpp.compile_cubin(SOURCES[0], "hopper")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="relative to kernels/"):
         cuda_cpp.compile_cubin("machine/nope.cu")
+
+
+def test_load_for_an_arch_keeps_its_cubins_in_one_folder_removed_at_exit(tmp_path, monkeypatch):
+    """Two variants of one source (as conv's -DMIX_LOADS=n) get two files, not two temporary folders."""
+    import sys
+    import types
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* x) { x[0] = X; }\n')
+    loaded, at_exit = [], []
+
+    def raw_module(path):
+        return types.SimpleNamespace(get_function=lambda name: loaded.append(Path(path)) or name)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(RawModule=raw_module))
+    monkeypatch.setattr(cuda_cpp.device, "MODE", cuda_cpp.device.GPU)
+    monkeypatch.setattr(cuda_cpp.atexit, "register", lambda f, *args, **kwargs: at_exit.append((f, args, kwargs)))
+    cuda_cpp._cubin_dir.cache_clear()
+    try:
+        for x in (1, 2):
+            assert cuda_cpp.load.__wrapped__(src, "k", (f"-DX={x}",), arch="sm_90") == "k"
+        assert loaded[0] != loaded[1] and loaded[0].parent == loaded[1].parent
+        assert all(p.read_bytes()[:4] == b"\x7fELF" for p in loaded)
+        ((cleanup, args, kwargs),) = at_exit
+        cleanup(*args, **kwargs)
+        assert not loaded[0].parent.exists()
+    finally:
+        cuda_cpp._cubin_dir.cache_clear()
 
 
 def test_parse_ptxas_log():

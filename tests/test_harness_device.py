@@ -5,10 +5,72 @@ import pytest
 from kernels.harness import device
 
 
-def test_mode_is_chosen_once_and_simulator_is_enabled_on_a_cpu():
-    assert device.MODE in (device.GPU, device.SIM, device.NONE)
-    if device.MODE == device.SIM:
+def test_numba_runs_in_the_mode_chosen():
+    """Numba's simulator is on exactly when the harness chose not to use a GPU."""
+    import numba
+    assert bool(numba.config.ENABLE_CUDASIM) == (device.MODE != device.GPU)
+    if device.MODE != device.GPU:
         assert os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+
+
+class FakeDriver:
+    """libcuda's cuInit, cuDeviceGetCount and cuGetErrorName, failing as asked."""
+
+    def __init__(self, init=0, count=0):
+        self.init, self.count = init, count
+
+    def cuInit(self, flags):
+        return self.init
+
+    def cuDeviceGetCount(self, ref):
+        ref._obj.value = self.count
+        return 0
+
+    def cuGetErrorName(self, code, ref):
+        names = {803: b"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", 100: b"CUDA_ERROR_NO_DEVICE"}
+        if code not in names:
+            return 1  # CUDA_ERROR_INVALID_VALUE: a code the driver cannot name
+        ref._obj.value = names[code]
+        return 0
+
+
+@pytest.mark.parametrize("driver, expected", [
+    (FakeDriver(init=803), (0, "cuInit failed with error 803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)")),
+    (FakeDriver(init=999), (0, "cuInit failed with error 999")),
+    (FakeDriver(count=0), (0, "the CUDA driver sees no device")),
+    (FakeDriver(count=2), (2, "")),
+])
+def test_driver_failure_is_named_not_reported_as_no_gpu(monkeypatch, driver, expected):
+    monkeypatch.setattr(device.ctypes, "CDLL", lambda name: driver)
+    assert device._cuda_device_count() == expected
+
+
+def test_forced_gpu_mode_names_the_driver_error(monkeypatch):
+    monkeypatch.setattr(device.ctypes, "CDLL", lambda name: FakeDriver(init=803))
+    monkeypatch.setenv("BOOK_MODE", "gpu")
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    with pytest.raises(RuntimeError, match="error 803 .CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"):
+        device._select()
+
+
+def test_nvidia_smi_asks_about_cuda_device_0_by_its_bus_id(monkeypatch):
+    """With CUDA_VISIBLE_DEVICES=3, CUDA device 0 is not nvidia-smi's GPU 0: the bus id names it."""
+    import subprocess
+    import types
+    import cupy
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        out = "1980, 2619, 1980, 2619\n" if "clocks" in cmd[3] else "580.95.05\n"
+        return types.SimpleNamespace(stdout=out)
+    monkeypatch.setattr(device, "MODE", device.GPU)
+    monkeypatch.setattr(cupy.cuda.runtime, "deviceGetPCIBusId", lambda dev: {0: "0000:9B:00.0"}[dev])
+    monkeypatch.setattr(subprocess, "run", run)
+    assert device.current_clocks() == {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
+                                       "max_mem_clock_mhz": 2619}
+    assert device._driver_version() == "580.95.05"
+    assert all(cmd[:3] == ["nvidia-smi", "-i", "0000:9B:00.0"] for cmd in calls) and len(calls) == 2
 
 
 def test_announce_prints_one_line(capsys):

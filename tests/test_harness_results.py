@@ -34,8 +34,16 @@ def test_other_gpus_keep_their_own_folder(tmp_path):
     results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
     results.record("machine", [row(5.0)], env=ENV | {"gpu_slug": "other"}, root=tmp_path)
     assert results.gpus(tmp_path) == ["other", "test-gpu"]
-    cmp = results.compare("machine", "other", "test-gpu", root=tmp_path)
+    cmp = results.compare(results.latest("machine", "other", tmp_path),
+                          results.latest("machine", "test-gpu", tmp_path))
     assert cmp[0]["ratio"] == pytest.approx(5.0)
+
+
+def test_compare_lists_my_rows_and_marks_a_missing_reference():
+    mine = {("k", "p", "GB/s"): row(2.0), ("k2", "p", "GB/s"): row(3.0) | {"kernel": "k2"}}
+    cmp = results.compare(mine, {("k", "p", "GB/s"): row(4.0), ("only-there", "p", "GB/s"): row(1.0)})
+    assert [(r["kernel"], r["mine"], r["reference"], r["ratio"]) for r in cmp] == [("k", 2.0, 4.0, 0.5),
+                                                                                 ("k2", 3.0, None, None)]
 
 
 def test_record_rejects_bad_rows(tmp_path):

@@ -7,7 +7,7 @@ datasheet is built from: unit counts times clocks.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from . import device
 from .timing import benchmark
@@ -24,9 +24,6 @@ class Ceilings:
     copy_gbps: float
     fma_gflops: float
     smem_gbps: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def peaks(props: dict | None = None) -> dict:

@@ -5,9 +5,12 @@ ptxas allocated (registers, spills, stack, shared memory); only running it needs
 """
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,11 +86,12 @@ def parse_ptxas_log(log: str, arch: str) -> list[Resources]:
 
 
 def source_path(path: str | Path) -> Path:
+    """A kernel source file: ``path`` itself if absolute, else relative to kernels/."""
     p = Path(path)
     if not p.is_absolute():
         p = KERNELS / p
-    if not p.exists():
-        raise FileNotFoundError(f"no CUDA source at {p}")
+    if not p.is_file():
+        raise FileNotFoundError(f"no kernel source at {p} (paths are relative to kernels/)")
     return p
 
 
@@ -169,6 +173,15 @@ def all_sources() -> list[Path]:
 
 
 @lru_cache(maxsize=None)
+def _cubin_dir() -> Path:
+    """The one folder of this process for the cubins that ``load`` hands CuPy, removed at exit. The
+    files stay while the process runs: CuPy reads a cubin again for another device."""
+    folder = Path(tempfile.mkdtemp(prefix="cubin-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+@lru_cache(maxsize=None)
 def load(path: str | Path, name: str, options: tuple = (), arch: str | None = None):
     """A CuPy RawKernel-like function for kernel ``name`` in a .cu file (needs a GPU); compiled once.
 
@@ -178,9 +191,11 @@ def load(path: str | Path, name: str, options: tuple = (), arch: str | None = No
         raise RuntimeError(f"running {Path(path).name} needs a GPU; in the simulator it is compiled only")
     import cupy
     if arch is not None:
-        cubin = Path(tempfile.mkdtemp(prefix="cubin-")) / f"{Path(path).stem}_{arch}.cubin"
-        cubin.write_bytes(compile_cubin(path, arch, options).cubin)
-        return cupy.RawModule(path=str(cubin)).get_function(name)
+        cubin = compile_cubin(path, arch, options).cubin
+        # Named by content: CuPy caches a loaded module by its path, so two variants must not share one.
+        file = _cubin_dir() / f"{Path(path).stem}_{arch}_{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
+        file.write_bytes(cubin)
+        return cupy.RawModule(path=str(file)).get_function(name)
     src = source_path(path)
     opts = (*STD_OPTIONS, *options, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs()))
     return cupy.RawModule(code=src.read_text(), options=opts).get_function(name)

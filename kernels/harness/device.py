@@ -19,18 +19,31 @@ from pathlib import Path
 GPU, SIM, NONE = "gpu", "sim", "none"
 
 
-def _cuda_device_count() -> int:
-    """Count CUDA devices through the driver library, without importing numba or cupy."""
+def _cuda_device_count() -> tuple[int, str]:
+    """(number of CUDA devices, why none where it is 0), through the driver library, without importing
+    numba or cupy. A failing driver (e.g. 803, driver and library versions differ) is named by its
+    error code, not reported as a machine without a GPU."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             lib = ctypes.CDLL(name)
         except OSError:
             continue
         count = ctypes.c_int(0)
-        if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-            return 0
-        return count.value
-    return 0
+        call, code = "cuInit", lib.cuInit(0)
+        if code == 0:
+            call, code = "cuDeviceGetCount", lib.cuDeviceGetCount(ctypes.byref(count))
+        if code != 0:
+            return 0, f"{call} failed with {_cuda_error_name(lib, code)}"
+        return count.value, "" if count.value else "the CUDA driver sees no device"
+    return 0, "no CUDA driver library"
+
+
+def _cuda_error_name(lib, code: int) -> str:
+    """'error 803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)', or 'error 803' where the driver cannot name it."""
+    name = ctypes.c_char_p()
+    if lib.cuGetErrorName(code, ctypes.byref(name)) == 0 and name.value:
+        return f"error {code} ({name.value.decode()})"
+    return f"error {code}"
 
 
 def _select() -> tuple[str, str]:
@@ -39,12 +52,12 @@ def _select() -> tuple[str, str]:
         raise ValueError(f"BOOK_MODE must be 'gpu' or 'sim', got {forced!r}")
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or forced == SIM:
         mode, reason = SIM, "simulator requested"
-    elif _cuda_device_count() > 0:
+    elif (found := _cuda_device_count())[0] > 0:
         mode, reason = GPU, "CUDA GPU found"
     elif forced == GPU:
-        raise RuntimeError("BOOK_MODE=gpu but no CUDA GPU is visible (cuInit/cuDeviceGetCount found none)")
+        raise RuntimeError(f"BOOK_MODE=gpu but no CUDA GPU is usable: {found[1]}")
     else:
-        mode, reason = SIM, "no CUDA GPU found"
+        mode, reason = SIM, f"no CUDA GPU found: {found[1]}"
     if mode == SIM:
         if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
             raise RuntimeError("numba.cuda was imported before kernels.harness; import the harness first")
@@ -124,13 +137,24 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def _nvidia_smi(query: str) -> list[str]:
+    """The fields of ``nvidia-smi --query-gpu=query`` for CUDA device 0, the GPU that properties() and
+    the kernels use. nvidia-smi numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, so the GPU
+    is named by its PCI bus id. Raises OSError, SubprocessError or IndexError where nvidia-smi cannot answer."""
+    import cupy
+    bus_id = cupy.cuda.runtime.deviceGetPCIBusId(0)
+    out = subprocess.run(["nvidia-smi", "-i", bus_id, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=20)
+    return [v.strip() for v in out.stdout.splitlines()[0].split(",")]
+
+
 def current_clocks() -> dict:
-    """SM and memory clocks (MHz) as nvidia-smi reads them now; empty where it cannot."""
-    query = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
+    """SM and memory clocks (MHz) of CUDA device 0 as nvidia-smi reads them now; empty where it cannot."""
+    if MODE != GPU:
+        return {}
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout.splitlines()[0]
-        sm, mem, max_sm, max_mem = (int(float(v)) for v in out.split(","))
+        sm, mem, max_sm, max_mem = (int(float(v)) for v in
+                                    _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"))
         return {"sm_clock_mhz": sm, "mem_clock_mhz": mem, "max_sm_clock_mhz": max_sm,
                 "max_mem_clock_mhz": max_mem}
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
@@ -226,8 +250,6 @@ def software() -> dict:
 
 def _driver_version() -> str:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0]
+        return _nvidia_smi("driver_version")[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return ""

@@ -77,16 +77,16 @@ def gpus(root: Path | None = None) -> list[str]:
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.exists() else []
 
 
-def compare(chapter: str, mine: str, reference: str, root: Path | None = None) -> list[dict]:
-    """Side by side: the newest numbers of GPU ``mine`` and GPU ``reference`` for one chapter."""
-    a, b = latest(chapter, mine, root), latest(chapter, reference, root)
+def compare(mine: dict, reference: dict) -> list[dict]:
+    """Each row of ``mine`` beside the row of the same (kernel, problem, metric) in ``reference``, both
+    {key: row} as ``latest`` gives them: kernel, problem, metric, unit, the two values and mine / reference.
+    The reference value is None where it has no row; the ratio is None then and where it is zero."""
     out = []
-    for key in sorted(a.keys() | b.keys()):
-        row = a.get(key) or b[key]
-        va = float(a[key]["value"]) if key in a else None
-        vb = float(b[key]["value"]) if key in b else None
+    for key, row in sorted(mine.items()):
+        ours = float(row["value"])
+        theirs = float(reference[key]["value"]) if key in reference else None
         out.append({"kernel": key[0], "problem": key[1], "metric": key[2], "unit": row["unit"],
-                    mine: va, reference: vb, "ratio": (va / vb) if va and vb else None})
+                    "mine": ours, "reference": theirs, "ratio": ours / theirs if theirs else None})
     return out
 
 

@@ -167,10 +167,17 @@ _GPR = re.compile(r"(?<![U\w])R(\d+)(\.reuse)?")
 
 def register_reads(insn: Instruction) -> list[tuple[int, int, bool]]:
     """(operand slot, register number, flagged .reuse) for each general register an instruction reads
-    (RZ and uniform registers excluded). An arithmetic instruction's first operand is its destination
-    and is skipped; stores (ST*, RED, ATOM) read every register operand."""
+    (RZ and uniform registers excluded). Stores and reductions (ST*, RED) have no destination and read
+    every register operand. Otherwise the first operand is the destination and is skipped; an atomic
+    (ATOM, ATOMS, ATOMG) may put a predicate result before it (``ATOMG.E.ADD PT, R3, [R2.64], R5``),
+    which is skipped too."""
     ops = [o.strip() for o in insn.operands.split(",")]
-    sources = ops if insn.base.startswith(("ST", "RED", "ATOM")) else ops[1:]
+    if insn.base.startswith(("ST", "RED")):
+        sources = ops
+    elif insn.base.startswith("ATOM") and re.fullmatch(r"!?U?P(\d+|T)", ops[0]):
+        sources = ops[2:]
+    else:
+        sources = ops[1:]
     return [(slot, int(m.group(1)), bool(m.group(2))) for slot, o in enumerate(sources)
             for m in _GPR.finditer(o)]
 

@@ -4,15 +4,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parents[1]
-
-
-def _path(path: str | Path) -> Path:
-    p = Path(path)
-    p = p if p.is_absolute() else KERNELS / p
-    if not p.is_file():
-        raise FileNotFoundError(f"no kernel source at {p} (paths are relative to kernels/)")
-    return p
+from .cuda_cpp import source_path
 
 
 def _language(p: Path) -> str:
@@ -25,7 +17,7 @@ def source(path: str | Path, *, start: str | None = None, end: str | None = None
     ``start`` skips the lines before the first that contains it (keeping a decorator just above);
     ``end`` stops before the next line, after the first shown, that contains it."""
     from IPython.display import Code
-    p = _path(path)
+    p = source_path(path)
     lines = p.read_text().splitlines(keepends=True)
     first = 0
     if start is not None:
@@ -47,7 +39,7 @@ def source(path: str | Path, *, start: str | None = None, end: str | None = None
 def diff(old: str | Path, new: str | Path, context: int = 3):
     """A unified diff between two kernel versions: the one idea the newer file adds."""
     from IPython.display import Code
-    a, b = _path(old), _path(new)
+    a, b = source_path(old), source_path(new)
     lines = difflib.unified_diff(a.read_text().splitlines(keepends=True), b.read_text().splitlines(keepends=True),
                                  fromfile=a.name, tofile=b.name, n=context)
     return Code("".join(lines), language="diff")
