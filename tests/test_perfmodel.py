@@ -227,18 +227,20 @@ def body(text: str):
 
 
 def test_register_operands():
-    ffma, lds, sts, isetp, ldg, lea = body("""FFMA R1, R2, R3.reuse, R1
+    ffma, lds, sts, isetp, ldg, lea, atomg = body("""FFMA R1, R2, R3.reuse, R1
         LDS.128 R4, [R8+0x10]
         STS.128 [R9], R4
         ISETP.GE.AND P0, PT, R1, 0x4, PT
         @P1 LDG.E R2, desc[UR4][R6.64]
-        LEA R10, P2, R11, UR6, 0x2""")
+        LEA R10, P2, R11, UR6, 0x2
+        ATOMG.E.ADD.STRONG.GPU P1, R3, [R8.64], R5""")
     assert pm.register_operands(ffma) == ({"R1"}, {"R1", "R2", "R3"})
     assert pm.register_operands(lds) == ({"R4", "R5", "R6", "R7"}, {"R8"})
     assert pm.register_operands(sts) == (set(), {"R9", "R4", "R5", "R6", "R7"})
     assert pm.register_operands(isetp) == ({"P0"}, {"R1"})
     assert pm.register_operands(ldg) == ({"R2"}, {"P1", "UR4", "R6", "R7"})
     assert pm.register_operands(lea) == ({"R10", "P2"}, {"R11", "UR6"})
+    assert pm.register_operands(atomg) == ({"R3", "P1"}, {"R8", "R9", "R5"})
 
 
 def test_one_warp_waits_on_its_loads_and_barriers():

@@ -410,8 +410,10 @@ def _names(operand: str, width: int = 1) -> set[str]:
 
 def register_operands(ins: sass.Instruction) -> tuple[set[str], set[str]]:
     """(registers written, registers read) by one instruction: the first operand is the destination
-    (plus a predicate in second place: ISETP's second result, LEA's/IADD3's carry), except for stores,
-    branches and barriers, which only read. Memory operands in brackets are always read."""
+    (plus a predicate in second place: ISETP's second result, LEA's/IADD3's carry; or in first place,
+    before it, for an atomic), except for stores, branches and barriers, which only read. Memory
+    operands in brackets are always read. (``sass.register_reads`` lists the same reads by operand slot,
+    with .reuse flags, for register banks.)"""
     ops = [o.strip() for o in ins.operands.split(",")] if ins.operands else []
     reads = _names(ins.predicate)
     if ins.base in NO_DESTINATION or not ops:
@@ -419,9 +421,16 @@ def register_operands(ins: sass.Instruction) -> tuple[set[str], set[str]]:
         for o in ops:
             reads |= _names(o, 1 if "[" in o else data)
         return set(), reads
+    if ins.base.startswith("ATOM") and re.fullmatch(r"!?U?P(\d+|T)", ops[0]):
+        # ATOMG.E.ADD PT, R3, [R2.64], R5: an atomic may put its predicate result first
+        pred, ops = ops[0], ops[1:]
+    else:
+        pred = None
     writes = _names(ops[0], _width(ins.opcode) if "[" not in ops[0] else 1)
     rest = ops[1:]
-    if rest and re.fullmatch(r"U?P\d", rest[0]):
+    if pred:
+        writes |= _names(pred)
+    elif rest and re.fullmatch(r"U?P\d", rest[0]):
         writes |= _names(rest[0])
         rest = rest[1:]
     for o in rest:
