@@ -86,6 +86,36 @@ def test_cpu_stage_rejects_device_style_input():
         common.run(NUMBA_STAGES[0], [[1.0]], np.zeros((5, 3, 3, 3), np.float32))
 
 
+def test_cpu_stage_checks_its_own_arrays():
+    seq = NUMBA_STAGES[0]
+    assert seq.name == "SEQ" and not seq.device
+    x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)
+    with pytest.raises(ValueError, match="x: expected a non-empty C-contiguous float32 4-D array, got float64"):
+        common.run(seq, x.astype(np.float64), f)
+    with pytest.raises(ValueError, match="f: expected a non-empty C-contiguous float32 4-D array"):
+        common.run(seq, x, np.asfortranarray(f))
+    y_shape = common.shapes(common.PROBLEMS["tiny"], "nchw")[2]
+    for y in (np.zeros(y_shape, np.float64), np.zeros(y_shape[:-1] + (8,), np.float32),
+              np.zeros(y_shape[:-1] + (2 * y_shape[-1],), np.float32)[..., ::2]):
+        with pytest.raises(ValueError, match=r"y: expected a C-contiguous float32 NumPy array of shape \(1, 5, 7, 7\)"):
+            common.launcher(seq, x, f, y)
+
+
+def test_unknown_layout_is_named():
+    x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["tiny"], seed=0), "nhwc")
+    with pytest.raises(ValueError, match="stage COALESCING: unknown layout 'chwn'"):
+        common.run(dataclasses.replace(STAGE, layout="chwn"), x, f)
+
+
+@pytest.mark.parametrize("stage", [NUMBA_STAGES[0], STAGE], ids=lambda s: s.name)
+def test_tensors_of_2_31_elements_are_refused(stage):
+    """Small arrays, large output: N*K*H*W = 1 * 2**15 * 256 * 256 = 2**31 output elements."""
+    p = common.Problem("big", n=1, c=1, k=2**15, h=256, w=256)
+    x_shape, f_shape, _ = common.shapes(p, stage.layout)
+    with pytest.raises(ValueError, match=r"2\*\*31 or more elements are not supported"):
+        common.run(stage, np.zeros(x_shape, np.float32), np.zeros(f_shape, np.float32))
+
+
 def test_vector_stages_name_their_channel_constraint():
     x, f = common.to_layout(*common.random_inputs(common.Problem("c", 1, 6, 8, 5, 5), seed=0), "nhwc")
     with pytest.raises(ValueError, match="C must be a multiple of 4, got C = 6"):
@@ -523,15 +553,30 @@ def test_gpu_cudnn_baseline_matches_reference(layout):
 
 @pytest.mark.gpu
 def test_measure_mix_reports_every_rule_for_every_load_count():
+    """One row per load count and metric; every row but "measured" is the SASS count or mix_slots of
+    it with the weights of the rates given, so it is checked exactly. No measured speed is asserted."""
     rates = model.measure_rates(repeat=3)
+    assert set(rates) == {"fp32", "ldst", "other", "ldg"}
+    assert all(np.isfinite(v) and v > 0 for v in rates.values()), rates
     rows = model.measure_mix(rates, loads=(0, 4), repeat=3)
     metrics = ("instructions", "measured", "E: classes take turns", "pipes side by side")
-    assert {(r["problem"], r["metric"]) for r in rows} == {(f"{n} loads", m) for n in (0, 4) for m in metrics}
-    assert all(r["value"] > 0 and np.isfinite(r["value"]) for r in rows)
+    assert [(r["problem"], r["metric"]) for r in rows] == [(f"{n} loads", m) for n in (0, 4) for m in metrics]
+    assert all(set(r) == {"kernel", "problem", "metric", "value", "unit"} for r in rows)
+    assert all(r["kernel"] == "mix" and r["unit"] == "slots" for r in rows)
+    w = perfmodel.weights(rates["fp32"], rates["ldst"], rates["other"])
+    for n in (0, 4):
+        got = {r["metric"]: r["value"] for r in rows if r["problem"] == f"{n} loads"}
+        counts = model.mix_counts(n)
+        assert got["instructions"] == counts.total
+        assert {m: got[m] for m in metrics[2:]} == model.mix_slots(counts, w)
+        assert np.isfinite(got["measured"]) and got["measured"] > 0
 
 
 @pytest.mark.gpu
-def test_measured_latencies_are_ordered():
-    """FFMA < shared load < L1 hit < L2 hit, each a few to a few hundred cycles; barriers cost something."""
+def test_measured_latencies_are_finite_cycles():
+    """Every latency the model uses is measured (none left at the default 0) and finite; how large each
+    is belongs to the notebook, not to a test."""
     lat = model.measure_latencies()
-    assert 2 <= lat.alu < lat.shared < lat.l1 < lat.global_ < lat.l2_far < 2000 and lat.barrier > 0
+    values = dataclasses.asdict(lat)
+    assert set(values) == {"alu", "shared", "global_", "barrier", "l1", "l2_far"}
+    assert all(isinstance(v, float) and np.isfinite(v) and v > 0 for v in values.values()), values

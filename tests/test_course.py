@@ -159,11 +159,17 @@ def notebook_labels() -> set:
     return labels
 
 
-@pytest.mark.parametrize("page", ["syllabus", "teachers"])
-def test_course_pages_reference_existing_exercises(page):
+# How each page names exercises: the syllabus with {ref} links; the teachers' page in its grading
+# commands (exercise.check("<label>", ...) and `exercise check <label>`).
+EXERCISE_NAMES = {"syllabus": r"\{ref\}`([\w-]+)`", "teachers": r"exercise(?:\.check\(\"| check )([\w-]+)"}
+
+
+@pytest.mark.parametrize("page", list(EXERCISE_NAMES))
+def test_course_pages_name_existing_exercises(page):
     text = (ROOT / "book" / f"{page}.md").read_text()
-    refs = set(re.findall(r"\{ref\}`([\w-]+)`", text))
-    assert refs <= notebook_labels(), f"unknown exercise labels: {sorted(refs - notebook_labels())}"
+    names = set(re.findall(EXERCISE_NAMES[page], text))
+    assert names, f"book/{page}.md names no exercise: its pattern {EXERCISE_NAMES[page]!r} finds nothing"
+    assert names <= notebook_labels(), f"unknown exercise labels: {sorted(names - notebook_labels())}"
 
 
 def test_auto_checked_exercises_are_the_registered_ones():

@@ -183,6 +183,45 @@ def test_misaligned_bias_is_refused_by_the_steps_that_read_it_in_pairs(step):
     assert ig.validate(step, x, w, bias=buf[1 - start:1 - start + k]) == ig.CI_PROBLEM
 
 
+def _misaligned(a, alignment=16):
+    """A C-contiguous copy of ``a`` whose data starts ``a.itemsize`` bytes past an ``alignment`` boundary."""
+    buf = np.zeros(a.size + alignment, a.dtype)
+    start = (-buf.ctypes.data // a.itemsize + 1) % (alignment // a.itemsize)
+    view = buf[start:start + a.size].reshape(a.shape)
+    view[...] = a
+    assert view.flags.c_contiguous and view.ctypes.data % alignment == a.itemsize
+    return view
+
+
+def test_misaligned_arrays_are_refused_by_the_tensor_core_steps():
+    """Steps 2-8 move 16 bytes at a time: an fp16 view 2 bytes off a 16-byte boundary would fault."""
+    x, w = _inputs()
+    out = np.zeros(ig.CI_PROBLEM.y_shape, np.float16)
+    for step in (2, 5, 8):
+        with pytest.raises(ValueError, match="x: the tensor-core steps need 16-byte aligned arrays"):
+            ig.validate(step, _misaligned(x), w)
+        with pytest.raises(ValueError, match="w: the tensor-core steps need 16-byte aligned arrays"):
+            ig.validate(step, x, _misaligned(w))
+        with pytest.raises(ValueError, match="out: the tensor-core steps need 16-byte aligned arrays"):
+            ig.validate(step, x, w, _misaligned(out))
+    assert ig.validate(1, _misaligned(x), _misaligned(w), _misaligned(out)) == ig.CI_PROBLEM
+
+
+@pytest.mark.parametrize("problem, limit, match", [
+    (ig.CI_PROBLEM, 959, "x has 960 elements"),
+    (ig.CI_PROBLEM, 3455, "w has 3456 elements"),
+    (ig.Problem(n=2, h=8, w=8, c=8, k=16), 2047, "y has 2048 elements"),   # x 1024, w 1152
+])
+def test_tensors_past_32_bit_indices_are_refused(problem, limit, match, monkeypatch):
+    """The CUDA C++ steps index with 32-bit integers: a small limit stands in for 2**31 - 1 elements."""
+    monkeypatch.setattr(ig, "MAX_ELEMENTS", limit)
+    x, w = _inputs(problem)
+    with pytest.raises(ValueError, match=rf"{match}; the CUDA C\+\+ steps index with 32-bit integers "
+                                         rf"\(at most {limit}\)"):
+        ig.validate(2, x, w)
+    assert ig.validate(1, x, w) == problem      # step 1 (Numba) is not limited
+
+
 def test_pipeline_depth_is_checked():
     x, w = _inputs()
     out = np.zeros(ig.CI_PROBLEM.y_shape, np.float16)
@@ -455,9 +494,14 @@ def test_cuda_steps_refuse_host_arrays():
 
 
 @pytest.mark.gpu
-def test_bank_experiment_kernels_run():
+def test_bank_experiment_reports_every_pattern_and_layout():
+    """One GB/s row per pattern and layout, in that order; how fast each is belongs to the notebook."""
     rows = banks.measure(iters=64, blocks_per_sm=1, threads=128, repeat=2)
-    assert len(rows) == 2 * len(banks.LAYOUTS) and all(r["value"] > 0 for r in rows)
+    assert [(r["kernel"], r["problem"]) for r in rows] == [
+        (pattern, layout) for pattern in ("tile_store", "tile_ldmatrix") for layout in banks.LAYOUTS]
+    assert all(set(r) == {"kernel", "problem", "metric", "value", "unit"} for r in rows)
+    assert all(r["metric"] == "GB/s" and r["unit"] == "GB/s" for r in rows)
+    assert all(isinstance(r["value"], float) and np.isfinite(r["value"]) and r["value"] > 0 for r in rows), rows
 
 
 @pytest.mark.gpu

@@ -1,7 +1,9 @@
 """SSIM chapter: the float64 reference, every Numba version in the CUDA simulator (tiny odd sizes), the
-backward kernel, bad input, and the CUDA C++ sources (compiled with NVRTC; run in test_ssim_gpu.py)."""
+backward kernel, bad input, and the CUDA C++ sources (compiled with NVRTC; run in test_ssim_gpu.py).
+Images are fresh on every run (the ``rng`` fixture prints its seed when a test fails)."""
 import re
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -30,9 +32,9 @@ def to_device(*arrays):
 # ---------------------------------------------------------------------------------------------------
 # The reference itself
 
-def test_reference_matches_scikit_image_on_valid_region():
+def test_reference_matches_scikit_image_on_valid_region(rng):
     from skimage.metrics import structural_similarity
-    a, b = common.test_images((1, 2, 32, 41), kind="structured", seed=1)
+    a, b = common.test_images((1, 2, 32, 41), kind="structured", seed=rng)
     ours = common.crop_valid(common.reference(a, b))
     for ch in range(2):
         mssim, full = structural_similarity(a[0, ch].astype(np.float64), b[0, ch].astype(np.float64),
@@ -48,13 +50,12 @@ def test_gaussian_window():
     assert np.argmax(g) == 5
 
 
-def test_identical_images_give_ssim_one():
-    a, _ = common.test_images((1, 1, 15, 17))
+def test_identical_images_give_ssim_one(rng):
+    a, _ = common.test_images((1, 1, 15, 17), seed=rng)
     np.testing.assert_allclose(common.reference(a, a), 1.0, atol=1e-12)
 
 
-def test_reference_backward_matches_finite_differences():
-    rng = np.random.default_rng(3)
+def test_reference_backward_matches_finite_differences(rng):
     x, y = rng.random((2, 1, 1, 12, 13))
     g = rng.standard_normal((1, 1, 12, 13))
     loss = lambda img: float((g * common.reference(img, y)).sum())  # noqa: E731
@@ -69,10 +70,10 @@ def test_reference_backward_matches_finite_differences():
     assert np.abs(analytic - numeric).max() <= 1e-6 * max(1.0, np.abs(numeric).max())
 
 
-def test_shift_is_what_keeps_float32_within_tolerance():
+def test_shift_is_what_keeps_float32_within_tolerance(rng):
     """The float32 model of the kernels' arithmetic: without the shift, smooth bright images lose ~1e-4
     to cancellation in E[x^2] - mu^2; with it the error is several times smaller."""
-    a, b = common.test_images((1, 1, 200, 240), kind="structured", seed=1)
+    a, b = common.test_images((1, 1, 200, 240), kind="structured", seed=rng)
     ref = common.reference(a, b)
     plain = np.abs(common.float32_model(a, b, shift=0.0) - ref).max()
     shifted = np.abs(common.float32_model(a, b) - ref).max()
@@ -91,19 +92,29 @@ def test_work_model_and_v2_instruction_model():
 # ---------------------------------------------------------------------------------------------------
 # Numba versions in the simulator (on a GPU: the same small sizes, real kernels)
 
-def run_checked(version, a, b, **kw):
-    """Run with a poisoned output; return the map as a NumPy array."""
-    xp = device.xp()
+def poisoned(shape, count=None):
+    """A NaN-filled float32 device array of ``shape``, or a tuple of ``count`` of them."""
+    def one():
+        return check.poison(device.xp().empty(shape, dtype=np.float32))
+    return one() if count is None else tuple(one() for _ in range(count))
+
+
+def run_checked(version, a, b, *, training=False, **kw):
+    """Run with a poisoned map (and in training poisoned derivative maps): an element a kernel does not
+    write stays NaN and fails the check. Returns the map (or the 4 maps) as NumPy arrays."""
     da, db = to_device(a, b)
-    out = check.poison(xp.empty(a.shape, dtype=np.float32))
-    got = common.run(version, da, db, out=out, **kw)
-    return check.to_host(got) if not isinstance(got, tuple) else tuple(check.to_host(g) for g in got)
+    derivs = poisoned(a.shape, 3) if training else None
+    got = common.run(version, da, db, out=poisoned(a.shape), derivs=derivs, training=training, **kw)
+    if not training:
+        return check.to_host(got)
+    assert all(g is d for g, d in zip(got[1:], derivs)), "run must write the derivative maps it was given"
+    return tuple(check.to_host(g) for g in got)
 
 
 @pytest.mark.parametrize("version", common.NUMBA_VERSIONS)
 @pytest.mark.parametrize("shape", [(1, 1, 11, 11), (1, 3, 37, 53)])
-def test_numba_version_random(version, shape):
-    a, b = common.test_images(shape, seed=shape[-1] + common.NUMBA_VERSIONS.index(version))
+def test_numba_version_random(version, shape, rng):
+    a, b = common.test_images(shape, seed=rng)
     ref = common.reference(a, b)
     got = run_checked(version, a, b)
     check.assert_close(got, ref, atol=common.MAP_ATOL, name=f"{version} map {shape}")
@@ -111,9 +122,9 @@ def test_numba_version_random(version, shape):
 
 
 @pytest.mark.parametrize("version", common.NUMBA_VERSIONS)
-def test_numba_version_structured_valid(version):
+def test_numba_version_structured_valid(version, rng):
     shape = (2, 1, 23, 29)  # batch > 1, smooth + noise (small sigma: the hard case for float32)
-    a, b = common.test_images(shape, kind="structured", seed=7)
+    a, b = common.test_images(shape, kind="structured", seed=rng)
     ref = common.crop_valid(common.reference(a, b))
     got = run_checked(version, a, b, valid=True)
     assert got.shape == (2, 1, 13, 19)
@@ -129,24 +140,24 @@ def assert_training_close(got, ref, label):
 
 
 @pytest.mark.parametrize("version", common.NUMBA_VERSIONS)
-def test_numba_version_training(version):
-    a, b = common.test_images((1, 2, 13, 17), seed=11)
+def test_numba_version_training(version, rng):
+    a, b = common.test_images((1, 2, 13, 17), seed=rng)
     ref = common.reference(a, b, training=True)
     got = run_checked(version, a, b, training=True)
     assert len(got) == 4
     assert_training_close(got, ref, version)
 
 
-def test_tile_parameters_other_than_default():
-    a, b = common.test_images((1, 1, 19, 21), seed=5)
+def test_tile_parameters_other_than_default(rng):
+    a, b = common.test_images((1, 1, 19, 21), seed=rng)
     ref = common.reference(a, b)
     for version, tile in [("V1", {"bx": 4, "by": 8}), ("V2", {"bx": 12, "by": 2, "px": 3}),
                           ("V3-1", {"bx": 4, "by": 5})]:
         check.assert_close(run_checked(version, a, b, tile=tile), ref, atol=common.MAP_ATOL, name=version)
 
 
-def test_v2_rejects_tile_not_multiple_of_px():
-    a, b = to_device(*common.test_images((1, 1, 11, 11)))
+def test_v2_rejects_tile_not_multiple_of_px(rng):
+    a, b = to_device(*common.test_images((1, 1, 11, 11), seed=rng))
     with pytest.raises(ValueError, match="multiple of the outputs per thread"):
         common.run("V2", a, b, tile={"bx": 10, "by": 2, "px": 4})
 
@@ -154,19 +165,18 @@ def test_v2_rejects_tile_not_multiple_of_px():
 # ---------------------------------------------------------------------------------------------------
 # Backward
 
-def test_backward_kernel_matches_reference():
-    a, b = common.test_images((1, 2, 19, 23), seed=2)
-    g = np.random.default_rng(4).standard_normal(a.shape).astype(np.float32)
+def test_backward_kernel_matches_reference(rng):
+    a, b = common.test_images((1, 2, 19, 23), seed=rng)
+    g = rng.standard_normal(a.shape).astype(np.float32)
     da, db, dg = to_device(a, b, g)
-    _, d1, d2, d3 = common.run("V3-1", da, db, training=True)
-    out = check.poison(device.xp().empty(a.shape, dtype=np.float32))
-    got = backward.run(da, db, dg, d1, d2, d3, out=out)
+    _, d1, d2, d3 = common.run("V3-1", da, db, training=True, derivs=poisoned(a.shape, 3))
+    got = backward.run(da, db, dg, d1, d2, d3, out=poisoned(a.shape))
     ref = common.reference_backward(a, b, g)
     check.assert_close(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())), name="dL/dimg1")
 
 
-def test_backward_rejects_mismatched_gradient():
-    a, b = to_device(*common.test_images((1, 1, 11, 11)))
+def test_backward_rejects_mismatched_gradient(rng):
+    a, b = to_device(*common.test_images((1, 1, 11, 11), seed=rng))
     g = device.xp().zeros((1, 1, 11, 12), dtype=np.float32)
     with pytest.raises(ValueError, match="grad_map: expected shape"):
         backward.run(a, b, g, g, g, g)
@@ -176,8 +186,8 @@ def test_backward_rejects_mismatched_gradient():
 # Bad input
 
 @pytest.fixture
-def pair():
-    return to_device(*common.test_images((1, 1, 12, 12)))
+def pair(rng):
+    return to_device(*common.test_images((1, 1, 12, 12), seed=rng))
 
 
 def test_bad_dtype(pair):
@@ -204,6 +214,12 @@ def test_non_contiguous(pair):
     a = xp.zeros((1, 1, 12, 24), dtype=np.float32)[..., ::2]
     with pytest.raises(ValueError, match="C-contiguous"):
         common.run("V1", a, xp.ascontiguousarray(a))
+
+
+def test_more_planes_than_the_grid_z_dimension():
+    a = device.xp().zeros((65536, 1, 11, 11), dtype=np.float32)
+    with pytest.raises(ValueError, match="at most 65535 planes .* got 65536"):
+        common.run("V1", a, a)
 
 
 def test_smaller_than_window():
@@ -265,6 +281,29 @@ def test_out_overlapping_an_image_is_refused(pair):
         common.run("V1", a, img2, out=out)
 
 
+def test_derivative_maps_given_are_checked(pair):
+    a, b = pair
+    shape = tuple(a.shape)
+    with pytest.raises(ValueError, match=r"derivs: the derivative maps are written only in training mode"):
+        common.run("V1", a, b, derivs=poisoned(shape, 3))
+    with pytest.raises(TypeError, match=r"derivs: expected a tuple of 3 arrays"):
+        common.run("V1", a, b, training=True, derivs=poisoned(shape))
+    with pytest.raises(ValueError, match=r"derivs: expected 3 arrays .*, got 2"):
+        common.run("V1", a, b, training=True, derivs=poisoned(shape, 2))
+    d1, d2, _ = poisoned(shape, 3)
+    wrong = device.xp().empty((1, 1, 12, 11), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"derivs\[2\] \(dm_dsigma12\): expected shape"):
+        common.run("V1", a, b, training=True, derivs=(d1, d2, wrong))
+    with pytest.raises(TypeError, match=r"derivs\[1\] \(dm_dsigma1_sq\): expected dtype float32"):
+        common.run("V1", a, b, training=True, derivs=(d1, d2.astype(np.float64), d1))
+    with pytest.raises(ValueError, match=r"derivs\[0\] \(dm_dmu1\) must not overlap img2"):
+        common.run("V1", a, b, training=True, derivs=(b, d1, d2))
+    with pytest.raises(ValueError, match=r"derivs\[2\] \(dm_dsigma12\) must not overlap out"):
+        common.run("V1", a, b, training=True, out=d1, derivs=(d2, poisoned(shape), d1))
+    with pytest.raises(ValueError, match=r"derivs\[1\] \(dm_dsigma1_sq\) must not overlap derivs\[0\]"):
+        common.run("V1", a, b, training=True, derivs=(d1, d1, d2))
+
+
 def test_tile_only_for_numba_versions_and_known_keys(pair):
     with pytest.raises(ValueError, match="V4's block shape is fixed in its .cu file"):
         common.run("V4", *pair, tile={"bx": 32})
@@ -272,11 +311,25 @@ def test_tile_only_for_numba_versions_and_known_keys(pair):
         common.run("V1", *pair, tile={"bx": 4, "px": 2})
 
 
-def test_valid_training_crops_the_map_not_the_derivatives():
-    a, b = to_device(*common.test_images((1, 1, 13, 14)))
+def test_valid_training_crops_the_map_not_the_derivatives(rng):
+    a, b = to_device(*common.test_images((1, 1, 13, 14), seed=rng))
     ssim_map, *derivs = common.run("V1", a, b, training=True, valid=True)
     assert tuple(ssim_map.shape) == (1, 1, 3, 4)
     assert [tuple(d.shape) for d in derivs] == [(1, 1, 13, 14)] * 3
+
+
+def test_verify_poisons_the_derivative_maps_and_names_the_seed_of_a_failure(monkeypatch):
+    real = common.version_module("V1")
+
+    def map_only(version, img1, img2, out, derivs, **tile):  # a kernel that forgets the derivative maps
+        real.launch(version, img1, img2, out, None, **tile)
+    fake = types.SimpleNamespace(launch=map_only, SIM_TILE=real.SIM_TILE, GPU_TILE=real.GPU_TILE)
+    monkeypatch.setattr(common, "version_module", lambda version: fake)
+    lines = common.verify("V1", [(1, 1, 11, 11)], kinds=("random",), training=True)
+    assert len(lines) == 4 and lines[0].startswith("PASS  V1 1x1x11x11 random map"), lines
+    for line, name in zip(lines[1:], common.DERIV_NAMES):
+        assert line.startswith(f"FAIL  V1 1x1x11x11 random {name}"), line
+        assert f"(images: test_images(seed={common.SESSION_SEED}))" in line and "NaN/Inf" in line, line
 
 
 def test_step_takes_the_worklog_time_change_where_its_table_has_no_time():
@@ -287,8 +340,8 @@ def test_step_takes_the_worklog_time_change_where_its_table_has_no_time():
     assert bench.step(measured, "V4-1", "V3").endswith("A100 (worklog) not published")
 
 
-def test_nan_propagates_to_its_windows_only():
-    a, b = common.test_images((1, 1, 25, 27), seed=9)
+def test_nan_propagates_to_its_windows_only(rng):
+    a, b = common.test_images((1, 1, 25, 27), seed=rng)
     a[0, 0, 3, 20] = np.nan
     ref = common.reference(a, b)
     got = run_checked("V3-1", a, b)
@@ -297,8 +350,8 @@ def test_nan_propagates_to_its_windows_only():
     check.assert_close(np.nan_to_num(got, nan=0.0), np.nan_to_num(ref, nan=0.0), atol=common.MAP_ATOL)
 
 
-def test_check_finite_raises():
-    a, b = common.test_images((1, 1, 11, 11))
+def test_check_finite_raises(rng):
+    a, b = common.test_images((1, 1, 11, 11), seed=rng)
     b[0, 0, 0, 0] = np.inf
     with pytest.raises(ValueError, match="img2 has 1 NaN/Inf"):
         common.run("V1", *to_device(a, b), check_finite=True)

@@ -140,8 +140,9 @@ def crop_valid(ssim_map):
     return ssim_map[..., RADIUS:-RADIUS, RADIUS:-RADIUS]
 
 
-def test_images(shape, *, kind: str = "random", seed: int = 0):
-    """float32 images in [0, 1]: 'random' (uniform, and a noisy copy) or 'structured' (smooth + noise)."""
+def test_images(shape, *, kind: str = "random", seed=None):
+    """float32 images in [0, 1]: 'random' (uniform, and a noisy copy) or 'structured' (smooth + noise).
+    ``seed``: an int (the same images every time), a NumPy Generator, or None (fresh images)."""
     rng = np.random.default_rng(seed)
     if kind == "random":
         a = rng.random(shape, dtype=np.float32)
@@ -289,15 +290,52 @@ def _tile_params(version: str, module, tile: dict | None) -> dict:
     return params
 
 
-def run(version: str, img1, img2, *, training: bool = False, valid: bool = False, out=None,
+DERIV_NAMES = ("dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
+
+
+def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
+    """(out, derivs) to write: those given, checked, or new arrays (derivs: None in inference).
+    Outputs may not overlap the images (the kernels read them while writing; the .cu ones declare them
+    __restrict__) nor each other (one value would overwrite another)."""
+    if derivs is not None:
+        if not training:
+            raise ValueError("derivs: the derivative maps are written only in training mode (training=True)")
+        if not isinstance(derivs, (tuple, list)):
+            raise TypeError(f"derivs: expected a tuple of 3 arrays {DERIV_NAMES}, got {type(derivs).__name__}")
+        if len(derivs) != 3:
+            raise ValueError(f"derivs: expected 3 arrays {DERIV_NAMES}, got {len(derivs)}")
+    names = [f"derivs[{i}] ({name})" for i, name in enumerate(DERIV_NAMES)]
+    given = [("out", out), *zip(names, derivs or ())]
+    written = []
+    for name, a in given:
+        if a is None:
+            continue
+        check.require_array(a, name, dtype=np.float32, shape=tuple(img1.shape))
+        first, last = _byte_range(a)
+        for other, b in [("img1", img1), ("img2", img2)] + written:
+            b_first, b_last = _byte_range(b)
+            if first < b_last and b_first < last:
+                what = "pixels it still reads" if other.startswith("img") else f"values it writes to {other}"
+                raise ValueError(f"{name} must not overlap {other}: the kernel would overwrite {what}")
+        written.append((name, a))
+    xp = device.xp()
+    if out is None:
+        out = xp.empty(img1.shape, dtype=np.float32)
+    if training and derivs is None:
+        derivs = [xp.empty(img1.shape, dtype=np.float32) for _ in DERIV_NAMES]
+    return out, tuple(derivs) if training else None
+
+
+def run(version: str, img1, img2, *, training: bool = False, valid: bool = False, out=None, derivs=None,
         check_finite: bool = False, tile: dict | None = None):
     """SSIM map of ``img1`` vs ``img2`` by one kernel version.
 
     Returns the map (N, C, H, W), or with ``valid=True`` its interior (N, C, H-10, W-10); with
     ``training=True`` a tuple (map, dm_dmu1, dm_dsigma1_sq, dm_dsigma12) whose three derivative maps
     are always (N, C, H, W), also with ``valid=True`` (``backward.run`` takes them at that size).
-    ``out`` (optional, not overlapping the images) receives the full map; ``tile`` overrides the block
-    shape of a Numba version.
+    ``out`` (optional) receives the full map and ``derivs`` (optional, training only: 3 arrays, in the
+    order above) the derivative maps; neither may overlap the images or each other. ``tile`` overrides
+    the block shape of a Numba version.
     """
     validate(img1, img2)
     xp = device.xp()
@@ -306,22 +344,16 @@ def run(version: str, img1, img2, *, training: bool = False, valid: bool = False
             bad = int(xp.count_nonzero(~xp.isfinite(img)))
             if bad:
                 raise ValueError(f"{name} has {bad} NaN/Inf values; SSIM of non-finite pixels is undefined")
-    if out is None:
-        out = xp.empty(img1.shape, dtype=np.float32)
-    else:
-        check.require_array(out, "out", dtype=np.float32, shape=tuple(img1.shape))
-        # The kernels read the images while writing out (and the .cu ones declare them __restrict__).
-        out_first, out_last = _byte_range(out)
-        for name, img in (("img1", img1), ("img2", img2)):
-            first, last = _byte_range(img)
-            if first < out_last and out_first < last:
-                raise ValueError(f"out must not overlap {name}: the kernel would overwrite pixels it "
-                                 "still reads")
-    derivs = tuple(xp.empty(img1.shape, dtype=np.float32) for _ in range(3)) if training else None
+    out, derivs = _outputs(img1, img2, out, derivs, training)
     module = version_module(version)
     module.launch(version, img1, img2, out, derivs, **_tile_params(version, module, tile))
     ssim_map = crop_valid(out) if valid else out
     return (ssim_map, *derivs) if training else ssim_map
+
+
+# Drawn once a process: verify and fused_checks use fresh images in every session, the same ones for
+# every version of a session, so that the float64 references (seconds at 2x3x2161x3839) are computed once.
+SESSION_SEED = int(np.random.SeedSequence().entropy % 2**32)
 
 
 @lru_cache(maxsize=16)  # every case of one version's checks (up to 12 in 02b), reused by the next version
@@ -331,26 +363,36 @@ def _case(shape, kind, seed, training):
     return a, b, reference(a, b, training=training)
 
 
+def _with_seed(result: check.CheckResult, seed: int) -> check.CheckResult:
+    """A failed check also names its images' seed, so that the failure can be reproduced."""
+    if not result.ok:
+        result.name += f" (images: test_images(seed={seed}))"
+    return result
+
+
 def verify(version: str, shapes, kinds=("random", "structured"), *, training: bool = False) -> list[str]:
     """Verdict lines (map and mean vs the float64 reference) for one version on fresh images of each
-    shape and kind; the lines name tolerances, not errors, so they read the same on every machine."""
+    shape and kind, with poisoned outputs; the lines name tolerances, not errors, so they read the same
+    on every machine."""
     xp = device.xp()
     lines = []
     for shape in shapes:
         for kind in kinds:
-            a, b, ref = _case(tuple(shape), kind, len(lines), training)
-            out = check.poison(xp.empty(shape, dtype=np.float32))
-            got = run(version, xp.asarray(a), xp.asarray(b), out=out, training=training)
+            seed = SESSION_SEED + len(lines)
+            a, b, ref = _case(tuple(shape), kind, seed, training)
+            out, *derivs = (check.poison(xp.empty(shape, dtype=np.float32)) for _ in range(4 if training else 1))
+            got = run(version, xp.asarray(a), xp.asarray(b), out=out, derivs=tuple(derivs) if training else None,
+                      training=training)
             label = f"{version} {'x'.join(map(str, shape))} {kind}"
             if training:
-                names = ("map", "dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
-                for g, r, name in zip(got, ref, names):
+                for g, r, name in zip(got, ref, ("map", *DERIV_NAMES)):
                     atol = MAP_ATOL * max(1.0, float(np.abs(r).max()))
-                    lines.append(str(check.compare(g, r, atol=atol, name=f"{label} {name} (atol relative to max)")))
+                    result = check.compare(g, r, atol=atol, name=f"{label} {name} (atol relative to max)")
+                    lines.append(str(_with_seed(result, seed)))
                 continue
-            lines.append(str(check.compare(got, ref, atol=MAP_ATOL, name=f"{label} map")))
-            lines.append(str(check.compare(np.array([mean(got)]), np.array([ref.mean()]), atol=MEAN_ATOL,
-                                           name=f"{label} mean")))
+            lines.append(str(_with_seed(check.compare(got, ref, atol=MAP_ATOL, name=f"{label} map"), seed)))
+            result = check.compare(np.array([mean(got)]), np.array([ref.mean()]), atol=MEAN_ATOL, name=f"{label} mean")
+            lines.append(str(_with_seed(result, seed)))
     return lines
 
 
@@ -401,12 +443,14 @@ def fused_checks(version: str, shapes) -> list:
     xp = device.xp()
     found = []
     for shape in shapes:
-        a, b, ref = _case(tuple(shape), "random", 100 + len(found), False)
+        seed = SESSION_SEED + 100 + len(found)
+        a, b, ref = _case(tuple(shape), "random", seed, False)
         for valid in (False, True):
             want = (crop_valid(ref) if valid else ref).mean()
             got = fused_mean(version, xp.asarray(a), xp.asarray(b), valid=valid)
             label = f"{version} {'x'.join(map(str, shape))} fused {'valid-map ' if valid else ''}mean"
-            found.append(check.compare(np.array([got]), np.array([want]), atol=MEAN_ATOL, name=label))
+            found.append(_with_seed(check.compare(np.array([got]), np.array([want]), atol=MEAN_ATOL, name=label),
+                                    seed))
     return found
 
 
