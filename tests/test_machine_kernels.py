@@ -1,4 +1,6 @@
 """The machine chapter's ceiling kernels against float64 references (simulator on a CPU)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -63,7 +65,7 @@ def test_smem_read_kernel_sums_what_it_reads():
 
 @pytest.mark.gpu
 def test_ceilings_are_measured():
-    c = ceilings.measure().as_dict()
+    c = dataclasses.asdict(ceilings.measure())
     assert set(c) == {"copy_gbps", "fma_gflops", "smem_gbps"}
     assert all(isinstance(v, float) and np.isfinite(v) and v > 0 for v in c.values())
     with pytest.raises(ValueError, match="GPU memory"):
