@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kernels.harness import check
+from kernels.harness import check, device
 
 
 def test_poison_fills_floats_with_nan_and_ints_with_max():
@@ -127,3 +127,13 @@ def test_memcheck_tells_a_clean_run_from_an_out_of_bounds_write(capsys):
     assert check.memcheck(["-c", _WRITE.format(index=3)]) is True
     assert check.memcheck(["-c", _WRITE.format(index=1 << 24)]) is False
     assert "memcheck: errors found" in capsys.readouterr().out
+
+
+def test_address_is_the_first_element_of_host_and_device_arrays():
+    a = np.zeros(8, dtype=np.float32)
+    assert check.address(a) == a.ctypes.data
+    assert check.address(a[3:]) == a.ctypes.data + 12
+    if device.MODE == device.GPU:
+        import cupy
+        d = cupy.zeros(8, dtype=cupy.float32)
+        assert check.address(d[2:]) == d.data.ptr + 8

@@ -27,6 +27,12 @@ def to_host(x) -> np.ndarray:
     raise TypeError(f"expected a NumPy, CuPy or Numba device array, got {type(x).__name__}")
 
 
+def address(a) -> int:
+    """The byte address of an array's first element: a device array's (CuPy, Numba) or a host array's."""
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return iface["data"][0]
+
+
 def poison_value(dtype):
     """The value ``poison`` fills with: NaN for floats (a comparison can never pass by accident), the
     maximum for integers, True for booleans."""

@@ -70,10 +70,9 @@ def device_pointers(x, w, out, shapes: dict[str, tuple], dtype) -> tuple[int, in
     pointers = []
     for name, a in (("x", x), ("w", w), ("y", out)):
         check.require_array(a, name, dtype=dtype, shape=shapes[name])
-        interface = getattr(a, "__cuda_array_interface__", None)
-        if interface is None:
+        if not hasattr(a, "__cuda_array_interface__"):
             raise TypeError(f"{name}: cuDNN needs a GPU array (cupy.ndarray), got {type(a).__name__}")
-        pointers.append(interface["data"][0])
+        pointers.append(check.address(a))
     return tuple(pointers)
 
 

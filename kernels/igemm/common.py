@@ -225,7 +225,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
                 raise ValueError(f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
                                  f"with 32-bit integers (at most {MAX_ELEMENTS})")
         for name, a in (("x", x), ("w", w), ("out", out)):
-            if a is not None and _device_pointer(a) % 16:
+            if a is not None and check.address(a) % 16:
                 raise ValueError(f"{name}: the tensor-core steps need 16-byte aligned arrays")
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
@@ -234,16 +234,10 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
             raise ValueError(f"step {step} computes the plain convolution; bias, alpha and ReLU are "
                              f"fused in steps {EPILOGUE}")
         check.require_array(bias, "bias", dtype=np.float32, shape=(k,))
-        if step in SPECIALIZED and _device_pointer(bias) % 8:
+        if step in SPECIALIZED and check.address(bias) % 8:
             raise ValueError(f"bias: steps {SPECIALIZED} read it two channels (8 bytes) at a time, so it "
                              f"must be 8-byte aligned (a slice such as b[1:] may not be: pass a copy)")
     return problem
-
-
-def _device_pointer(a) -> int:
-    if isinstance(a, np.ndarray):
-        return a.ctypes.data
-    return a.__cuda_array_interface__["data"][0]
 
 
 def smem_bytes(step: int, stages: int) -> int:

@@ -271,8 +271,7 @@ def version_module(version: str):
 
 def _byte_range(a) -> tuple[int, int]:
     """[first, last) byte address of a C-contiguous host or device array."""
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
-    first = iface["data"][0]
+    first = check.address(a)
     return first, first + a.size * np.dtype(a.dtype).itemsize
 
 
