@@ -135,3 +135,26 @@ def test_properties_without_gpu_is_a_clear_error():
 def test_properties_on_gpu():
     p = device.properties()
     assert p["sms"] > 0 and p["l2_bytes"] > 0 and p["max_sm_clock_mhz"] > 100
+
+
+def _program(folder, name):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("#!/bin/sh\n")
+    (folder / name).chmod(0o755)
+    return str(folder / name)
+
+
+def test_cuda_program_looks_on_path_then_in_cuda_home_then_in_the_wheels(monkeypatch, tmp_path):
+    import nvidia
+    wheel = _program(tmp_path / "wheels" / "cuda_nvcc" / "bin", "ptxas")
+    monkeypatch.setattr(nvidia, "__path__", [str(tmp_path / "wheels")])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "toolkit"))
+    assert device.cuda_program("ptxas") == wheel
+    home = _program(tmp_path / "toolkit" / "bin", "ptxas")
+    assert device.cuda_program("ptxas") == home
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    assert device.cuda_program("ptxas") == home
+    on_path = _program(tmp_path / "path", "ptxas")
+    assert device.cuda_program("ptxas") == on_path
+    assert device.cuda_program("no-such-program") is None

@@ -172,6 +172,15 @@ def test_parse_sass_classifies_and_drops_the_tail():
     assert pm.static_counts(ins) == pm.Counts(fp32=2, ldst=2, other=7)
 
 
+def test_parse_sass_picks_one_kernel_by_name():
+    two = SASS + SASS.replace(".text.k", ".text.other")
+    with pytest.raises(ValueError, match=r"the SASS text holds kernels \[.*\]: name one"):
+        pm.parse_sass(two)
+    with pytest.raises(ValueError, match="no kernel 'nope' in the SASS text"):
+        pm.parse_sass(two, "nope")
+    assert [i.opcode for i in pm.parse_sass(two, "other")] == [i.opcode for i in pm.parse_sass(SASS)]
+
+
 def test_loops_and_trip_counts():
     ins = pm.parse_sass(SASS)
     loops = pm.find_loops(ins)

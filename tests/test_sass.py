@@ -40,8 +40,7 @@ def test_missing_kernel_is_a_clear_error():
 
 
 def test_unavailable_tool_raises(monkeypatch):
-    monkeypatch.setattr(sass, "_tool_dirs", lambda: [])
-    monkeypatch.setattr(sass.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sass.device, "cuda_program", lambda name: None)
     assert not sass.available()
     with pytest.raises(sass.SassUnavailable, match="nvdisasm"):
         sass.find_tool()

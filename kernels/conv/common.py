@@ -179,7 +179,7 @@ def validate(stage: Stage, x, f, y=None) -> Problem:
         raise RuntimeError(f"stage {stage.name} is CUDA C++ and needs a GPU; in the simulator it is compiled only")
     if stage.c_multiple % 4 == 0:
         for a, name in ((x, "x"), (f, "f"), (y, "y")):
-            if a is not None and a.__cuda_array_interface__["data"][0] % 16:
+            if a is not None and check.address(a) % 16:
                 raise ValueError(f"{name}: stage {stage.name} moves float4s and needs a 16-byte aligned array")
     return p
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -49,18 +48,11 @@ NCU_STALLS = {label: perfmodel.ncu_stall_metric(reason) for label, reason in (  
 
 
 def _ptxas() -> str:
-    """ptxas from PATH, CUDA_HOME or the nvidia pip wheels (Numba's PTX -> cubin)."""
-    candidates = [shutil.which("ptxas"), device.cuda_home() / "bin" / "ptxas"]
-    try:
-        import nvidia
-        for base in map(Path, nvidia.__path__):
-            candidates += sorted(base.glob("*/bin/ptxas"))
-    except ImportError:
-        pass
-    for c in candidates:
-        if c and Path(c).is_file():
-            return str(c)
-    raise FileNotFoundError("ptxas not found on PATH, in $CUDA_HOME/bin or in the nvidia pip wheels")
+    """ptxas (Numba's PTX -> cubin), wherever ``device.cuda_program`` finds it."""
+    path = device.cuda_program("ptxas")
+    if not path:
+        raise FileNotFoundError("ptxas not found on PATH, in $CUDA_HOME/bin or in the nvidia pip wheels")
+    return path
 
 
 def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:

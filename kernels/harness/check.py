@@ -5,7 +5,6 @@ it reads the same on a GPU and in the simulator; ``result.detail`` carries the n
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -151,17 +150,16 @@ MEMCHECK_ERRORS = 86   # compute-sanitizer's exit code when it finds errors, tol
 
 
 def cuda_tool(name: str, shown: str) -> str | None:
-    """The path of the CUDA toolkit's ``name`` (``ncu``, ``compute-sanitizer``): on PATH, else in
-    $CUDA_HOME/bin. Without a GPU to run it on, or without the program (a GPU machine may have only a
-    driver), None and one line saying why and where to see ``shown``: in the committed GPU run."""
+    """The path of the CUDA toolkit's ``name`` (``ncu``, ``compute-sanitizer``; ``device.cuda_program``).
+    Without a GPU to run it on, or without the program (a GPU machine may have only a driver), None and
+    one line saying why and where to see ``shown``: in the committed GPU run."""
     if not device.on_gpu():
         print(f"{name} needs a GPU; for {shown}, see the GPU run of this chapter.")
         return None
-    home_bin = device.cuda_home() / "bin"
-    path = shutil.which(name) or shutil.which(name, path=str(home_bin))
+    path = device.cuda_program(name)
     if not path:
-        print(f"{name} is not on PATH or in {home_bin} (it comes with the CUDA toolkit); for {shown}, see the "
-              "committed GPU run of this chapter.")
+        print(f"{name} is not on PATH or in {device.cuda_home() / 'bin'} (it comes with the CUDA toolkit); for "
+              f"{shown}, see the committed GPU run of this chapter.")
     return path
 
 

@@ -11,6 +11,7 @@ import datetime
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from functools import lru_cache
@@ -86,6 +87,18 @@ def cuda_home() -> Path:
     """The CUDA toolkit's folder: $CUDA_HOME, else /usr/local/cuda (which may not exist: a GPU machine
     can have only a driver, and the pip wheels then bring what the chapters need)."""
     return Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+
+
+def cuda_program(name: str) -> str | None:
+    """The path of a CUDA toolkit program (ptxas, nvdisasm, ncu, compute-sanitizer, ...): on PATH, else
+    in $CUDA_HOME/bin, else in an NVIDIA pip wheel's bin folder; None if none has it."""
+    dirs = [cuda_home() / "bin"]
+    try:
+        import nvidia
+        dirs += [d for base in map(Path, nvidia.__path__) for d in sorted(base.glob("*/bin"))]
+    except ImportError:
+        pass
+    return shutil.which(name) or next((str(d / name) for d in dirs if (d / name).is_file()), None)
 
 
 def xp():

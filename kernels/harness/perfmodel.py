@@ -309,12 +309,7 @@ def parse_sass(text: str, kernel: str | None = None) -> list[sass.Instruction]:
 
     Padding after the last EXIT or branch (the NOP tail) is dropped: it never executes.
     """
-    kernels = sass.parse(text)
-    if kernel is None and len(kernels) != 1:
-        raise ValueError(f"the SASS text holds kernels {sorted(kernels)}: name one")
-    if kernel is not None and kernel not in kernels:
-        raise ValueError(f"no kernel {kernel!r} in the SASS text; it holds {sorted(kernels)}")
-    instructions = kernels[kernel] if kernel else next(iter(kernels.values()))
+    instructions = sass.select(sass.parse(text), kernel, "the SASS text")
     ends = [i for i, ins in enumerate(instructions) if ins.base in ("EXIT", "BRA", "RET")]
     if not ends:
         raise ValueError("no SASS instructions (or no EXIT) found in the text")

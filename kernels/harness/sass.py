@@ -9,7 +9,6 @@ with the CUDA toolkit (``/usr/local/cuda/bin``) and, for CPU machines, in the Py
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -54,24 +53,10 @@ class Instruction:
         return f"/*{self.address:04x}*/ {pred}{self.opcode} {self.operands}".rstrip()
 
 
-def _tool_dirs() -> list[Path]:
-    dirs = [device.cuda_home() / "bin"]
-    try:
-        import nvidia
-        for base in map(Path, nvidia.__path__):
-            dirs += [p.parent for p in base.glob("*/bin/nvdisasm")]
-    except ImportError:
-        pass
-    return dirs
-
-
 def find_tool() -> tuple[str, str]:
-    """('nvdisasm' or 'cuobjdump', path) of the first disassembler found."""
+    """('nvdisasm' or 'cuobjdump', path) of the first disassembler found (``device.cuda_program``)."""
     for name in ("nvdisasm", "cuobjdump"):
-        for d in _tool_dirs():
-            if (d / name).is_file():
-                return name, str(d / name)
-        if (path := shutil.which(name)):
+        if (path := device.cuda_program(name)):
             return name, path
     raise SassUnavailable("SASS needs nvdisasm or cuobjdump: install the CUDA toolkit or "
                           "`pip install nvidia-cuda-nvdisasm`")
@@ -124,16 +109,20 @@ def parse(text: str) -> dict[str, list[Instruction]]:
     return kernels
 
 
-def disassemble(compiled, kernel: str | None = None) -> list[Instruction]:
-    """The SASS of one kernel in a ``cuda_cpp.Compiled`` (the only one if ``kernel`` is None)."""
-    kernels = parse(disassemble_text(compiled.cubin))
+def select(kernels: dict[str, list[Instruction]], kernel: str | None, source: str = "the cubin") -> list[Instruction]:
+    """One kernel's instructions from ``parse``'s answer for ``source``: the only one if ``kernel`` is None."""
     if kernel is None:
         if len(kernels) != 1:
-            raise ValueError(f"the cubin holds kernels {sorted(kernels)}: name one")
+            raise ValueError(f"{source} holds kernels {sorted(kernels)}: name one")
         return next(iter(kernels.values()))
     if kernel not in kernels:
-        raise ValueError(f"no kernel {kernel!r} in the cubin; it holds {sorted(kernels)}")
+        raise ValueError(f"no kernel {kernel!r} in {source}; it holds {sorted(kernels)}")
     return kernels[kernel]
+
+
+def disassemble(compiled, kernel: str | None = None) -> list[Instruction]:
+    """The SASS of one kernel in a ``cuda_cpp.Compiled`` (the only one if ``kernel`` is None)."""
+    return select(parse(disassemble_text(compiled.cubin)), kernel)
 
 
 def counts(instructions: list[Instruction], classes: dict | None = None) -> dict[str, int]:
