@@ -403,6 +403,13 @@ def test_predict_composes_the_model():
     assert placed.prediction == spread.prediction and placed.waves == spread.waves
     assert placed.efficiency is got.efficiency
     assert spread.place(None).prediction == got.prediction
+    # the same chain with the pipes side by side: fewer slots per warp, so E rises and η can only fall
+    # (the same latency over less issue work); these waves are latency-bound, so the rate stays
+    side = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, slots=perfmodel.side_by_side, **rates)
+    side_eff = model.latency_efficiency("SPLIT-K", p, w, lat, tile, sass, slots=perfmodel.side_by_side)
+    assert side.prediction.efficiency == perfmodel.efficiency(c, w, perfmodel.side_by_side) > got.prediction.efficiency
+    assert all(side_eff(n) <= eff(n) for n in (1, 2, 3)) and side_eff(1) < eff(1)
+    assert side.prediction.gflops == pytest.approx(got.prediction.gflops, rel=1e-3)
 
 
 def test_load_rate_kernels_measure_the_pipe_not_the_issue():

@@ -12,6 +12,17 @@ def test_efficiency_matches_the_formula():
     assert pm.efficiency(c, w) == pytest.approx(64 / (64 + 4 * 4 + 10 * 2))
 
 
+def test_side_by_side_charges_the_busiest_of_issue_and_pipes():
+    c, w = pm.Counts(fp32=64, ldst=4, other=10), pm.weights(fp32_rate=4.0, ldst_rate=1.0, other_rate=2.0)
+    assert pm.efficiency(c, w, pm.side_by_side) == 64 / 78            # the issue: 78 instructions
+    assert pm.side_by_side(pm.Counts(2, 30, 4), w) == 120             # the load pipe: 30 x 4
+    assert pm.side_by_side(pm.Counts(0, 1, 40), w) == 80              # the other class's pipe: 40 x 2
+    assert pm.taking_turns(c, w) == 64 + 16 + 20
+    p = pm.predict(1e12, c, w, peak_gflops=1000.0, slots=pm.side_by_side)
+    assert p.efficiency == 64 / 78 and p.ms == pytest.approx(1e12 / (1000e9 * 64 / 78) * 1e3)
+    assert pm.predict(1e12, c, w, peak_gflops=1000.0).efficiency == pm.efficiency(c, w) == 64 / 100
+
+
 def test_efficiency_is_one_for_pure_fp32_and_falls_with_overhead():
     w = pm.weights(4.0, 1.0, 2.0)
     assert pm.efficiency(pm.Counts(10, 0, 0), w) == 1.0

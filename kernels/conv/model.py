@@ -257,10 +257,12 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
 
 
 def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies,
-                       tile: dict | None = None, sass: str | None = None, l1_hit: float = 0.0):
+                       tile: dict | None = None, sass: str | None = None, l1_hit: float = 0.0,
+                       slots=perfmodel.taking_turns):
     """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps
     of this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp
-    (the model's E weights) against the cycles ``perfmodel.scheduler_cycles`` simulates. A tiled
+    (the model's E weights, charged by ``slots``: E's rule by default) against the cycles
+    ``perfmodel.scheduler_cycles`` simulates. A tiled
     stage's global load hits L1 with probability ``l1_hit`` (``l1_hit_rate``) and otherwise waits the
     far-L2 latency (``lat.l2_far``; ``lat.global_`` if not measured): the stages' inputs are far larger
     than the near L2 probe's working set. A loop without a barrier re-reads input and filter lines that
@@ -282,7 +284,7 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
     per_class = {"fp32": 0, "ldst": 0, "other": 0}
     for ins in body:
         per_class[perfmodel.classify(ins.opcode, ins.predicate)] += 1
-    issue = per_class["fp32"] * w.compute + per_class["ldst"] * w.ldst + per_class["other"] * w.other
+    issue = slots(perfmodel.Counts(**per_class), w)
     warps_per_block = math.ceil(launch_shape(stage, p, tile)[1] / 32)
     per_scheduler = max(1, warps_per_block // 4)     # a block's warps on one scheduler (barrier partners)
     cache: dict[int, float] = {}
@@ -356,12 +358,14 @@ class StagePrediction:
 
 def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies, *, fma_gflops: float,
             copy_gbps: float, wavefront_rate: float, tile: dict | None = None, props: dict | None = None,
-            counts: perfmodel.Counts | None = None, busiest_sm_blocks: int | None = None) -> StagePrediction | None:
+            counts: perfmodel.Counts | None = None, busiest_sm_blocks: int | None = None,
+            slots=perfmodel.taking_turns) -> StagePrediction | None:
     """Everything the chapter's model says about ``stage`` on ``p``: SASS counts (``counts`` where the
     SASS loops are not understood; None if there are neither), the L1 hit rate and the latency term,
     the occupancy ratio of the launch's waves, and ``perfmodel.predict`` with the L1 wavefront bound
     and the epilogue. The rates are this GPU's: weights ``w``, latencies ``lat``, the FMA ceiling, the
-    copy bandwidth and the LDS.32 wavefront rate (per second)."""
+    copy bandwidth and the LDS.32 wavefront rate (per second). ``slots``: the rule that charges the
+    issue slots, E's by default (``perfmodel.SLOT_RULES``)."""
     sass, res = compiled(cuda_stage(stage), tile)
     c, counted_from = sass_counts(stage, p, tile, sass=sass), "SASS"
     if c is None:
@@ -370,13 +374,14 @@ def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latenci
         return None
     props = props or device.properties()
     hit = l1_hit_rate(stage, p, res, tile, props)
-    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit)
+    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, slots=slots)
 
     def place(busiest: int | None) -> StagePrediction:
         wv = waves(stage, p, res, tile, props, eff, busiest)
         pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=_occupancy(wv, props["sms"], eff),
                                fp32_flops=64, wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
-                               epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps)
+                               epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps,
+                               slots=slots)
         return StagePrediction(pr, c, counted_from, tile, res, hit, eff, wv, place)
 
     return place(busiest_sm_blocks)
@@ -443,11 +448,9 @@ def mix_counts(loads: int, arch: str | None = None) -> perfmodel.Counts:
 
 
 def mix_slots(counts: perfmodel.Counts, w: perfmodel.Weights) -> dict:
-    """Issue slots of one iteration (FFMA slots, one per scheduler and cycle) by two rules: E's, where
-    the classes take turns (the sum of each class's weighted count), and pipes side by side, where the
-    larger of the issue (one slot per instruction) and each class's own pipe time sets the pace."""
-    per_class = (counts.fp32 * w.compute, counts.ldst * w.ldst, counts.other * w.other)
-    return {"E: classes take turns": sum(per_class), "pipes side by side": max(counts.total, *per_class)}
+    """Issue slots of one iteration (FFMA slots, one per scheduler and cycle) by the two rules of
+    ``perfmodel.SLOT_RULES``: E's, where the classes take turns, and pipes side by side."""
+    return {name: rule(counts, w) for name, rule in perfmodel.SLOT_RULES.items()}
 
 
 def measure_mix(rates: dict, loads: tuple = MIX_LOADS, repeat: int = 20) -> list[dict]:

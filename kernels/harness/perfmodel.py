@@ -70,11 +70,26 @@ def weights(fp32_rate: float, ldst_rate: float, other_rate: float) -> Weights:
     return Weights(1.0, fp32_rate / ldst_rate, fp32_rate / other_rate)
 
 
-def efficiency(counts: Counts, w: Weights) -> float:
-    """Instruction efficiency E in [0, 1]."""
+def taking_turns(counts: Counts, w: Weights) -> float:
+    """Issue slots by E's rule: the classes take turns, each instruction costing its class's weight."""
+    return counts.fp32 * w.compute + counts.ldst * w.ldst + counts.other * w.other
+
+
+def side_by_side(counts: Counts, w: Weights) -> float:
+    """Issue slots if the pipes work side by side: the larger of the issue (one slot per instruction)
+    and each class's own pipe time (its weighted count). The alternative the chapter tests."""
+    return max(counts.total, counts.fp32 * w.compute, counts.ldst * w.ldst, counts.other * w.other)
+
+
+SLOT_RULES = {"E: classes take turns": taking_turns, "pipes side by side": side_by_side}
+
+
+def efficiency(counts: Counts, w: Weights, slots=taking_turns) -> float:
+    """Instruction efficiency E in [0, 1]: the FP32 instructions' slots over all slots, as the rule
+    ``slots`` charges them (E's own, ``taking_turns``, by default)."""
     if min(counts.fp32, counts.ldst, counts.other) < 0:
         raise ValueError(f"instruction counts must be >= 0, got {counts}")
-    denominator = counts.fp32 * w.compute + counts.ldst * w.ldst + counts.other * w.other
+    denominator = slots(counts, w)
     if denominator <= 0:
         raise ValueError("no instructions counted")
     return counts.fp32 * w.compute / denominator
@@ -183,7 +198,7 @@ class Prediction:
 def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occupancy: float = 1.0,
             bytes_moved: float | None = None, bandwidth_gbps: float | None = None,
             wavefronts: float | None = None, wavefront_rate: float | None = None,
-            fp32_flops: float | None = None, epilogue_bytes: float | None = None) -> Prediction:
+            fp32_flops: float | None = None, epilogue_bytes: float | None = None, slots=taking_turns) -> Prediction:
     """Predicted rate: peak x E x occupancy ratio, unless a memory side is slower -- DRAM (bytes /
     bandwidth) or the L1 data pipe (``wavefronts`` / ``wavefront_rate``) -- plus the epilogue.
 
@@ -199,10 +214,12 @@ def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occ
     ``epilogue_bytes``: what the launch moves after its blocks' main loops (the output stores; a split
     reduction's zero fill and read-modify-writes), at ``bandwidth_gbps``. The blocks of a wave start
     together on the same work and reach their epilogue together, so no other block's FMAs hide it: its
-    time is added to the bound's, not overlapped."""
+    time is added to the bound's, not overlapped.
+
+    ``slots``: the rule that charges the instructions' issue slots (``efficiency``)."""
     if flops <= 0 or peak_gflops <= 0 or not 0 < occupancy <= 1:
         raise ValueError(f"need flops > 0, peak > 0 and 0 < occupancy <= 1; got {flops}, {peak_gflops}, {occupancy}")
-    e = efficiency(counts, w)
+    e = efficiency(counts, w, slots)
     useful = 1.0
     if fp32_flops is not None:
         if fp32_flops <= 0 or counts.fp32 <= 0:
