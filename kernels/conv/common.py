@@ -121,7 +121,7 @@ def reference(x_nchw, f_kcrs) -> np.ndarray:
 def tolerance(p: Problem) -> float:
     """Absolute tolerance for float32 sums of 9*C products of values in [-1, 1).
 
-    Rounding error grows with the number of terms; 1e-5 relative (the issue's bound) is checked
+    Rounding error grows with the number of terms; 1e-5 relative (the chapter's bound) is checked
     separately on the Frobenius norm.
     """
     return 1e-6 * 9 * p.c * 4
