@@ -19,11 +19,6 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.harness import device, results  # noqa: E402
 
-# The reference GPU's committed runs. BOOK_RESULTS may send this run's rows elsewhere (a student's
-# own folder, empty at first); the reference column still comes from the repository.
-REFERENCE_RESULTS = ROOT / "data" / "results"
-
-
 def chapter_notebooks(chapter: str) -> list[Path]:
     """Notebooks whose name, without its leading number, starts with ``chapter`` (02_ssim_worklog -> ssim)."""
     found = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -36,8 +31,8 @@ def chapter_notebooks(chapter: str) -> list[Path]:
 
 def reference_rows(reference: str) -> dict:
     """The reference GPU's newest committed rows, {chapter: {key: row}}, from the repository."""
-    return {c: results.latest(c, reference, REFERENCE_RESULTS)
-            for c in results.chapters(reference, REFERENCE_RESULTS)}
+    return {c: results.latest(c, reference, results.REPOSITORY)
+            for c in results.chapters(reference, results.REPOSITORY)}
 
 
 def comparison(mine: str, since: str, before: dict) -> list[str]:

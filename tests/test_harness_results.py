@@ -68,3 +68,14 @@ def test_value_lookup():
     assert results.value(rows, "k", "ms") == 4.0
     with pytest.raises(KeyError, match="metric='GFLOP/s'"):
         results.value(rows, "k", "GFLOP/s")
+
+
+def test_load_reads_the_repository_where_the_results_folder_lacks_a_gpu(tmp_path, monkeypatch):
+    repo, mine = tmp_path / "repo", tmp_path / "mine"
+    results.record("conv", [row(7.0)], env=ENV | {"gpu_slug": "ref"}, root=repo)
+    monkeypatch.setattr(results, "REPOSITORY", repo)
+    monkeypatch.setattr(results, "RESULTS", mine)      # BOOK_RESULTS: a student's folder, empty
+    assert results.latest("conv", "ref")[("k", "p", "GB/s")]["value"] == "7.0"
+    results.record("conv", [row(9.0)], env=ENV | {"gpu_slug": "ref"}, root=mine)
+    assert [r["value"] for r in results.load("conv", "ref")] == ["9.0"]      # their own runs, once they have some
+    assert results.load("conv", "ref", root=tmp_path / "elsewhere") == []    # an explicit root is read alone

@@ -15,7 +15,7 @@ ENV = {"date": "2099-01-01T00:00:00Z", "commit": "abc", "gpu": "Student GPU", "g
 
 def test_reference_column_comes_from_the_repository_when_book_results_is_elsewhere(tmp_path, monkeypatch):
     """A student's fresh BOOK_RESULTS folder holds no reference rows: they must still be compared."""
-    committed = results.latest("machine", results.REFERENCE_GPU, rerun.REFERENCE_RESULTS)
+    committed = results.latest("machine", results.REFERENCE_GPU, results.REPOSITORY)
     key, ref_row = next(iter(sorted(committed.items())))
     monkeypatch.setattr(results, "RESULTS", tmp_path)          # what BOOK_RESULTS=tmp_path sets
     ours = 2 * float(ref_row["value"])

@@ -12,7 +12,9 @@ from pathlib import Path
 from . import device
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = Path(os.environ.get("BOOK_RESULTS", ROOT / "data" / "results"))
+REPOSITORY = ROOT / "data" / "results"   # the committed runs
+# Where this run's rows go: BOOK_RESULTS may name another folder (a student's own, empty at first).
+RESULTS = Path(os.environ.get("BOOK_RESULTS", REPOSITORY))
 ENV_COLUMNS = ("date", "commit", "gpu", "driver", "cuda_runtime", "sm_clock_mhz", "mem_clock_mhz")
 # The GPU whose runs the committed notebooks show; in the simulator, timing cells show its rows.
 REFERENCE_GPU = "nvidia-h100-80gb-hbm3"
@@ -49,7 +51,12 @@ def record(chapter: str, rows: list[dict], env: dict | None = None, root: Path |
 
 
 def load(chapter: str, gpu_slug: str, root: Path | None = None) -> list[dict]:
+    """One chapter's rows for one GPU, from ``root``; by default from RESULTS, or from the repository
+    where RESULTS has no file for that GPU and chapter (the reference GPU's stored numbers, which a
+    student's own BOOK_RESULTS folder lacks)."""
     path = Path(root or RESULTS) / gpu_slug / f"{chapter}.csv"
+    if root is None and not path.exists():
+        path = REPOSITORY / gpu_slug / f"{chapter}.csv"
     if not path.exists():
         return []
     with path.open(newline="") as f:
