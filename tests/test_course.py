@@ -1,6 +1,7 @@
 """The reader layer: the results page from any subset of GPUs and chapters, the published-repository
 config (no placeholder URL), the Colab set-up, and the course pages' references to exercises."""
 import re
+import textwrap
 import shutil
 import subprocess
 import sys
@@ -186,3 +187,13 @@ def test_the_syllabus_places_every_exercise():
     text = (ROOT / "book" / "syllabus.md").read_text()
     missing = notebook_labels() - set(re.findall(r"\{ref\}`([\w-]+)`", text))
     assert not missing, f"exercises no lab session of the syllabus names: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("page", ["teachers", "rerun", "contribute"])
+def test_course_pages_python_snippets_parse(page):
+    """A snippet a teacher pastes into a chapter must stay plain Python: the notebook tests parse every
+    code cell with ast, so IPython magics (``!git``, ``%cd``) would break them."""
+    import ast
+    text = (ROOT / "book" / f"{page}.md").read_text()
+    for block in re.findall(r"```i?python\n(.*?)```", text, flags=re.S):
+        ast.parse(textwrap.dedent(block))
