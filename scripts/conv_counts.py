@@ -12,7 +12,8 @@
                                                   # odd sizes, every stage checked against the reference
                                                   # (tiny: odd channel counts, for the Numba stages)
 
-The notebook reads both files; numbers measured on a GPU are never typed in.
+The notebook computes the SASS counts itself and reads the ncu files (conv_counts.csv is for a look at
+the counts outside the notebook); numbers measured on a GPU are never typed in.
 """
 from __future__ import annotations
 
