@@ -1,10 +1,11 @@
 """The reader layer: the results page from any subset of GPUs and chapters, the published-repository
 config (no placeholder URL), the Colab set-up, and the course pages' references to exercises."""
+import ast
 import re
-import textwrap
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,6 @@ def test_the_syllabus_places_every_exercise():
 def test_course_pages_python_snippets_parse(page):
     """A snippet a teacher pastes into a chapter must stay plain Python: the notebook tests parse every
     code cell with ast, so IPython magics (``!git``, ``%cd``) would break them."""
-    import ast
     text = (ROOT / "book" / f"{page}.md").read_text()
     for block in re.findall(r"```i?python\n(.*?)```", text, flags=re.S):
         ast.parse(textwrap.dedent(block))
