@@ -101,8 +101,9 @@ def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkey
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert check.memcheck(["-c", "pass"]) is None
-    assert capsys.readouterr().out == (f"compute-sanitizer is not on PATH or in {tmp_path / 'bin'} (it comes with the "
-                                       "CUDA toolkit); for its verdict, see the committed GPU run of this chapter.\n")
+    assert capsys.readouterr().out == (f"compute-sanitizer is not on PATH, in {tmp_path / 'bin'} or in an NVIDIA pip "
+                                       "wheel (it comes with the CUDA toolkit); for its verdict, see the committed GPU "
+                                       "run of this chapter.\n")
 
 
 def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):

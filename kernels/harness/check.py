@@ -158,8 +158,8 @@ def cuda_tool(name: str, shown: str) -> str | None:
         return None
     path = device.cuda_program(name)
     if not path:
-        print(f"{name} is not on PATH or in {device.cuda_home() / 'bin'} (it comes with the CUDA toolkit); for "
-              f"{shown}, see the committed GPU run of this chapter.")
+        print(f"{name} is not on PATH, in {device.cuda_home() / 'bin'} or in an NVIDIA pip wheel (it comes with "
+              f"the CUDA toolkit); for {shown}, see the committed GPU run of this chapter.")
     return path
 
 
