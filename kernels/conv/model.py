@@ -259,14 +259,14 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
 def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies,
                        tile: dict | None = None, sass: str | None = None, l1_hit: float = 0.0,
                        slots=perfmodel.taking_turns):
-    """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps
-    of this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp
-    (the model's E weights, charged by ``slots``: E's rule by default) against the cycles
+    """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps of
+    this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp (the
+    model's E weights, charged by ``slots``: E's rule by default) against the cycles
     ``perfmodel.scheduler_cycles`` simulates. A tiled stage's global load hits L1 with probability
     ``l1_hit`` (``l1_hit_rate``) and otherwise waits the far-L2 latency (``lat.l2_far``; ``lat.global_``
-    if not measured): the stages' inputs are far larger than the near L2 probe's working set. A loop without a barrier re-reads input and filter lines that
-    its own and neighbouring warps touched (L1 latency). None when the loops are not understood (no
-    trip counts)."""
+    if not measured): the stages' inputs are far larger than the near L2 probe's working set. A loop
+    without a barrier re-reads input and filter lines that its own and neighbouring warps touched (L1
+    latency). None when the loops are not understood (no trip counts)."""
     sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
     instructions = perfmodel.parse_sass(sass)
     loops = perfmodel.find_loops(instructions)
