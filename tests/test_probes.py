@@ -324,10 +324,18 @@ def test_tail_blocks_bracket_the_sm_count():
     (lambda: batchnorm.run_batchnorm([("v0 three passes", 1)], batch=2**16, pixels=2**16), "< 2\\^31"),
     (lambda: reduction.block_sums("tree 1", np.zeros(4, np.float32), np.zeros(1, np.float32), 4), "fan_in"),
     (lambda: reduction.block_sums("shuffle", np.zeros(40, np.float32), np.zeros(1, np.float32), 40), "multiple of 32"),
+    (lambda: reduction.block_sums("tree 2", np.zeros(100, np.float32), np.zeros(1, np.float32), 0), "block must be >= 1"),
+    (lambda: reduction.check_block_sums("tree 2", block=-64), "block must be >= 1"),
 ])
 def test_bad_parameters_fail_before_launch(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="the simulator's refusal")
+def test_shuffle_in_the_simulator_says_it_needs_a_gpu():
+    with pytest.raises(RuntimeError, match="shuffle variant needs a GPU"):
+        reduction.check_block_sums("shuffle")
 
 
 def test_working_set_larger_than_gpu_memory(monkeypatch):
@@ -383,6 +391,7 @@ def test_block_sums_match_float64(variant, block, rng):
      ValueError, r"out: expected shape \(1, 4, 9, 9\)"),
     (lambda xp: nchw.generate(xp.zeros(2 * 5 * 7, np.int32), (2, 3, 5, 6)), ValueError, r"buf: expected shape \(60,\)"),
     (lambda xp: nchw.generate(xp.zeros(2 * 5 * 7, np.float32), (2, 3, 5, 7)), TypeError, "buf: expected dtype int32"),
+    (lambda xp: nchw.generate(xp.zeros(10, np.int32), (3, 5, 7)), ValueError, r"shape must be \(N, C, H, W\)"),
     (lambda xp: memory.store_divergent(xp.zeros((4, 8), np.int32), 1), ValueError, "buf: expected 1 dimensions"),
 ])
 def test_wrappers_refuse_bad_arrays(bad, error, match, xp):

@@ -15,6 +15,12 @@ import numpy as np
 from . import device
 
 
+# Limits of every CUDA GPU since compute capability 2.0 (programming guide, "Technical Specifications").
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+
+
 def to_host(x) -> np.ndarray:
     """A NumPy copy of a NumPy, CuPy or Numba device array."""
     if isinstance(x, np.ndarray):
@@ -134,7 +140,11 @@ def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: t
     if device.MODE != device.GPU and not (is_device or isinstance(x, np.ndarray)):
         raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
     if dtype is not None and np.dtype(x.dtype) != np.dtype(dtype):
-        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {np.dtype(x.dtype).name}")
+        got = np.dtype(x.dtype)
+        if got.name == np.dtype(dtype).name:   # same type, other byte order ('>f4')
+            raise TypeError(f"{name}: expected dtype {got.name} in native byte order, got {got.str}; "
+                            f"use .astype(np.{got.name})")
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {got.name}")
     if ndim is not None and len(x.shape) != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
     if shape is not None and tuple(x.shape) != tuple(shape):
@@ -144,6 +154,52 @@ def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: t
     if not _c_contiguous(x):
         raise ValueError(f"{name}: expected a C-contiguous array (use cupy.ascontiguousarray)")
     return x
+
+
+def overlaps(a, b) -> bool:
+    """Whether two C-contiguous arrays (host or device) share a byte."""
+    a_first, b_first = address(a), address(b)
+    a_last = a_first + a.size * np.dtype(a.dtype).itemsize
+    b_last = b_first + b.size * np.dtype(b.dtype).itemsize
+    return a_first < b_last and b_first < a_last
+
+
+def require_output(out, name: str, reads: dict):
+    """Check an output already checked by ``require_array``: writable, and sharing no memory with the
+    arrays the kernel reads (``reads``: name -> array or None), which it would overwrite while still
+    reading them. Returns ``out``."""
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError(f"{name}: the output array is read-only")
+    for other, a in reads.items():
+        if a is not None and overlaps(out, a):
+            raise ValueError(f"{name} must not overlap {other}: the kernel would overwrite values it still reads")
+    return out
+
+
+def positive_int(value, name: str, *, maximum: int | None = None) -> int:
+    """An integer >= 1 (and <= maximum), or a ValueError naming the constraint."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or int(value) != value:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return int(value)
+
+
+def block_shape(shape) -> tuple:
+    """A block shape (x, y, z) within the device's limits, padded with 1s."""
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if not 1 <= len(shape) <= 3:
+        raise ValueError(f"a block has 1 to 3 dimensions, got {shape}")
+    shape = shape + (1,) * (3 - len(shape))
+    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM):
+        positive_int(size, f"block.{axis}", maximum=limit)
+    threads = shape[0] * shape[1] * shape[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"a block of {shape} has {threads} threads; the device allows at most "
+                         f"{MAX_THREADS_PER_BLOCK}")
+    return shape
 
 
 MEMCHECK_ERRORS = 86   # compute-sanitizer's exit code when it finds errors, told apart from the program's own

@@ -12,8 +12,9 @@ import math
 import numpy as np
 
 from ..harness import check, timing
+from ..harness.check import positive_int
 from . import common
-from .common import positive_int, row
+from .common import row
 
 VERSIONS = {"v0 three passes": "batchnorm_v0_three_pass.cu", "v1 two passes": "batchnorm_v1_two_pass.cu",
             "v2 registers": "batchnorm_v2_registers.cu"}

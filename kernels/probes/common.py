@@ -8,13 +8,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..harness import ceilings, cuda_cpp, device
+from ..harness.check import positive_int
 
 HERE = Path(__file__).resolve().parent
 CHAPTER = "probes"
-# Limits of every CUDA GPU since compute capability 2.0 (programming guide, "Technical Specifications").
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIM = (1024, 1024, 64)
-MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+
+
 def lanes_per_sm(cc: str | None = None) -> int:
     """FP32 lanes per SM of a compute capability ("80") or target ("sm_80"); default this GPU's."""
     cc = re.sub(r"\D", "", cc or device.target_properties()["cc"])
@@ -47,32 +46,6 @@ def _load(name: str, function: str, defines: tuple):
 def require_gpu(what: str):
     if not device.on_gpu():
         raise RuntimeError(f"{what} needs a GPU; in the simulator the probe is compiled only")
-
-
-def positive_int(value, name: str, *, maximum: int | None = None) -> int:
-    """An integer >= 1 (and <= maximum), or a ValueError naming the constraint."""
-    if isinstance(value, bool) or int(value) != value:
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-    return int(value)
-
-
-def block_shape(shape) -> tuple:
-    """A block shape (x, y, z) within the device's limits, padded with 1s."""
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    if not 1 <= len(shape) <= 3:
-        raise ValueError(f"a block has 1 to 3 dimensions, got {shape}")
-    shape = shape + (1,) * (3 - len(shape))
-    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM):
-        positive_int(size, f"block.{axis}", maximum=limit)
-    threads = shape[0] * shape[1] * shape[2]
-    if threads > MAX_THREADS_PER_BLOCK:
-        raise ValueError(f"a block of {shape} has {threads} threads; the device allows at most "
-                         f"{MAX_THREADS_PER_BLOCK}")
-    return shape
 
 
 def free_gpu_bytes() -> int | None:

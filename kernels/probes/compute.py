@@ -11,8 +11,9 @@ import math
 import numpy as np
 
 from ..harness import check, device, perfmodel, sass, timing
+from ..harness.check import positive_int
 from . import common
-from .common import positive_int, row
+from .common import row
 
 FMA_KERNELS = {  # variant -> (file, kernel)
     "v0 chain": ("fma_v0_chain.cu", "fma_chain"),
@@ -42,15 +43,15 @@ def launch_shapes() -> dict[str, list[tuple]]:
 
 def launch_grid(shape, total_threads: int, max_blocks: int) -> int:
     """Blocks for about ``total_threads`` threads, at most ``max_blocks`` (tiny blocks would take seconds)."""
-    threads = math.prod(common.block_shape(shape))
+    threads = math.prod(check.block_shape(shape))
     blocks = min(max(1, total_threads // threads), positive_int(max_blocks, "max_blocks"))
-    return positive_int(blocks, "blocks", maximum=common.MAX_GRID_DIM[0])
+    return positive_int(blocks, "blocks", maximum=check.MAX_GRID_DIM[0])
 
 
 def run_launch_rate(shapes, *, total_threads: int = 2**28, max_blocks: int = 2**21, repeat: int = 5) -> list[dict]:
     """Threads started per SM-clock cycle by an empty kernel, for each block shape."""
     positive_int(total_threads, "total_threads")
-    plan = [(common.block_shape(s), launch_grid(s, total_threads, max_blocks)) for s in shapes]
+    plan = [(check.block_shape(s), launch_grid(s, total_threads, max_blocks)) for s in shapes]
     common.require_gpu("the launch-rate probe")
     import cupy
     kernel = common.load("launch.cu", "null_kernel")
@@ -95,8 +96,8 @@ def _fma_plan(variant: str, threads: int, blocks: int, iters: int) -> tuple[int,
     """(argument, FMAs per thread) for a variant: the double loop takes outer = iters / 100."""
     if variant not in FMA_KERNELS:
         raise ValueError(f"variant must be one of {sorted(FMA_KERNELS)}, got {variant!r}")
-    common.block_shape((threads,))
-    positive_int(blocks, "blocks", maximum=common.MAX_GRID_DIM[0])
+    check.block_shape((threads,))
+    positive_int(blocks, "blocks", maximum=check.MAX_GRID_DIM[0])
     positive_int(iters, "iters", maximum=2**31 - 1)
     if variant in DOUBLE_LOOPS:
         if iters % INNER:
@@ -216,7 +217,7 @@ def run_registers(live_counts=LIVE_COUNTS, *, iters: int = 256, threads: int = 1
     for live in live_counts:
         positive_int(live, "live", maximum=1024)
     positive_int(iters, "iters")
-    common.block_shape((threads,))
+    check.block_shape((threads,))
     common.require_gpu("the register probe")
     import cupy
     mhz, sms = common.clock_mhz(), common.sms()

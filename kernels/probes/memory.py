@@ -14,8 +14,9 @@ import time
 import numpy as np
 
 from ..harness import check, device, timing
+from ..harness.check import positive_int
 from . import common
-from .common import positive_int, row
+from .common import row
 
 SMEM_WORDS = 2048   # the shared table of smem.cu
 BANKS = 32
@@ -362,8 +363,8 @@ def padding_plan(version: str, channels: int, shape, p: int) -> tuple:
     if c % channels:
         raise ValueError(f"C = {c} must be a multiple of channels per thread = {channels}")
     grid = (math.ceil((h + 2 * p) * (w + 2 * p) / PAD_BLOCK), c // channels, n)
-    if grid[1] > common.MAX_GRID_DIM[1] or grid[2] > common.MAX_GRID_DIM[2]:
-        raise ValueError(f"grid {grid} exceeds the device's limits {common.MAX_GRID_DIM}")
+    if grid[1] > check.MAX_GRID_DIM[1] or grid[2] > check.MAX_GRID_DIM[2]:
+        raise ValueError(f"grid {grid} exceeds the device's limits {check.MAX_GRID_DIM}")
     return grid, (PAD_BLOCK,)
 
 

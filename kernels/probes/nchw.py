@@ -7,8 +7,9 @@ import math
 
 import numpy as np
 from ..harness import check, timing
+from ..harness.check import positive_int
 from . import common
-from .common import positive_int, row
+from .common import row
 
 
 def plan(shape, block: int = 256) -> tuple:
@@ -16,18 +17,18 @@ def plan(shape, block: int = 256) -> tuple:
     if len(shape) != 4:
         raise ValueError(f"shape must be (N, C, H, W), got {shape}")
     n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW"))
-    common.block_shape((block,))
+    check.block_shape((block,))
     if n * c * h * w >= 2**31:
         raise ValueError(f"N*C*H*W = {n * c * h * w} overflows the kernel's int32 offsets (must be < 2^31)")
-    if n > common.MAX_GRID_DIM[1]:
-        raise ValueError(f"N = {n} exceeds the grid's y limit {common.MAX_GRID_DIM[1]}")
+    if n > check.MAX_GRID_DIM[1]:
+        raise ValueError(f"N = {n} exceeds the grid's y limit {check.MAX_GRID_DIM[1]}")
     return (math.ceil(h * w / block), n), (block,)
 
 
 def generate(buf, shape, block: int = 256):
     """Fill buf (int32, N*H*W) with the NCHW offsets of channel 0."""
-    n, c, h, w = shape
     grid, blk = plan(shape, block)
+    n, c, h, w = shape
     check.require_array(buf, "buf", dtype=np.int32, shape=(n * h * w,))
     common.require_gpu("the NCHW index kernel")
     common.load("nchw.cu", "nhw_index")(grid, blk, (buf, np.int32(h), np.int32(w), np.int32(c)))

@@ -15,8 +15,9 @@ import numpy as np
 from numba import cuda, float32
 
 from ..harness import check, device, timing
+from ..harness.check import positive_int
 from . import common
-from .common import positive_int, row
+from .common import row
 
 FAN_INS = (2, 4, 8)
 WARP = 32
@@ -26,10 +27,10 @@ FULL_MASK = 0xFFFFFFFF
 @lru_cache(maxsize=None)
 def tree_sum(fan_in: int, block: int):
     """The tree kernel for one fan-in and block size (both compile-time constants)."""
+    positive_int(block, "block", maximum=check.MAX_THREADS_PER_BLOCK)
     positive_int(fan_in, "fan_in", maximum=block)
     if fan_in < 2:
         raise ValueError(f"fan_in must be >= 2, got {fan_in}")
-    positive_int(block, "block", maximum=common.MAX_THREADS_PER_BLOCK)
 
     @cuda.jit
     def kernel(x, partial):
@@ -58,7 +59,7 @@ def tree_sum(fan_in: int, block: int):
 @lru_cache(maxsize=None)
 def shuffle_sum(block: int):
     """Warp shuffles inside each warp, then the first warp sums the per-warp results."""
-    positive_int(block, "block", maximum=common.MAX_THREADS_PER_BLOCK)
+    positive_int(block, "block", maximum=check.MAX_THREADS_PER_BLOCK)
     if block % WARP:
         raise ValueError(f"the shuffle sum needs whole warps: block must be a multiple of {WARP}, got {block}")
     warps = block // WARP
@@ -92,8 +93,12 @@ def variants() -> list[str]:
 
 
 def kernel_for(variant: str, block: int):
+    """The kernel of ``variant`` for blocks of ``block`` threads (both checked)."""
     if variant == "shuffle":
-        return shuffle_sum(block)
+        kernel = shuffle_sum(block)
+        if not device.on_gpu():
+            raise RuntimeError("the shuffle variant needs a GPU: the simulator has no warp shuffles")
+        return kernel
     if variant.startswith("tree ") and variant[5:].isdigit():
         return tree_sum(int(variant[5:]), block)
     raise ValueError(f"variant must be one of {variants()}, got {variant!r}")
@@ -102,9 +107,10 @@ def kernel_for(variant: str, block: int):
 def block_sums(variant: str, x, partial, block: int = 256):
     """Sum each run of ``block`` elements of x (float32, 1D) into partial (ceil(n / block) elements)."""
     check.require_array(x, "x", dtype=np.float32, ndim=1)
+    kernel = kernel_for(variant, block)
     blocks = math.ceil(x.shape[0] / block)
     check.require_array(partial, "partial", dtype=np.float32, shape=(blocks,))
-    kernel_for(variant, block)[blocks, block](x, partial)
+    kernel[blocks, block](x, partial)
 
 
 def reference(x: np.ndarray, block: int) -> np.ndarray:
@@ -122,6 +128,7 @@ def check_block_sums(variant: str, *, n: int = 64 * 5 + 3, block: int = 64, seed
     """One variant on fresh random input (n not a multiple of block: a partial last block) with poisoned
     output, against float64 (the shuffle variant needs a GPU: the simulator has no warp shuffles)."""
     x = np.random.default_rng(seed).random(positive_int(n, "n"), dtype=np.float32)
+    kernel_for(variant, block)
     xp = device.xp()
     partial = check.poison(xp.empty(math.ceil(n / block), dtype=np.float32))
     block_sums(variant, xp.asarray(x), partial, block)
