@@ -130,6 +130,8 @@ def test_numba_version_structured_valid(version, rng):
     assert got.shape == (2, 1, 13, 19)
     check.assert_close(got, ref, atol=common.MAP_ATOL, name=f"{version} valid map")
     assert abs(common.mean(got) - ref.mean()) <= common.MEAN_ATOL
+    # here float32 with the shift errs by 2 to 4e-6; without it, by 2 to 3e-5 (the float32 model's test)
+    assert np.abs(got - ref).max() < 1e-5, f"{version}: is the shift applied?"
 
 
 def assert_training_close(got, ref, label):
@@ -182,6 +184,21 @@ def test_backward_rejects_mismatched_gradient(rng):
         backward.run(a, b, g, g, g, g)
 
 
+def test_backward_checks_its_output_and_tile(rng):
+    a, b = to_device(*common.test_images((1, 1, 11, 11), seed=rng))
+    g, d1, d2, d3 = poisoned(tuple(a.shape), 4)
+    with pytest.raises(ValueError, match="out must not overlap grad_map"):
+        backward.run(a, b, g, d1, d2, d3, out=g)
+    with pytest.raises(ValueError, match="out must not overlap d_mu1"):
+        backward.run(a, b, g, d1, d2, d3, out=d1)
+    with pytest.raises(ValueError, match=r"backward: unknown tile keys \['px'\]"):
+        backward.run(a, b, g, d1, d2, d3, tile={"px": 2})
+    with pytest.raises(ValueError, match="backward: tile bx must be >= 1"):
+        backward.run(a, b, g, d1, d2, d3, tile={"bx": 0})
+    with pytest.raises(ValueError, match="1024"):
+        backward.run(a, b, g, d1, d2, d3, tile={"bx": 64, "by": 32})
+
+
 # ---------------------------------------------------------------------------------------------------
 # Bad input
 
@@ -216,8 +233,9 @@ def test_non_contiguous(pair):
         common.run("V1", a, xp.ascontiguousarray(a))
 
 
-def test_more_planes_than_the_grid_z_dimension():
-    a = device.xp().zeros((65536, 1, 11, 11), dtype=np.float32)
+@pytest.mark.parametrize("n, c", [(65536, 1), (256, 256)])   # planes = N*C, from either
+def test_more_planes_than_the_grid_z_dimension(n, c):
+    a = device.xp().zeros((n, c, 11, 11), dtype=np.float32)
     with pytest.raises(ValueError, match="at most 65535 planes .* got 65536"):
         common.run("V1", a, a)
 
@@ -309,6 +327,35 @@ def test_tile_only_for_numba_versions_and_known_keys(pair):
         common.run("V4", *pair, tile={"bx": 32})
     with pytest.raises(ValueError, match=r"V1: unknown tile keys \['px'\]"):
         common.run("V1", *pair, tile={"bx": 4, "px": 2})
+
+
+def test_verify_wants_a_list_of_shapes():
+    with pytest.raises(TypeError, match=r"shapes: expected a list of \(N, C, H, W\) shapes"):
+        common.verify("V1", (1, 1, 11, 11))
+
+
+@pytest.mark.parametrize("version, tile, match", [
+    ("V1", {"bx": 0}, "V1: tile bx must be >= 1"),
+    ("V1", {"by": -4}, "V1: tile by must be >= 1"),
+    ("V3-0", {"bx": 2.5}, "V3-0: tile bx must be an integer"),
+    ("V2", {"px": 0}, "V2: tile px must be >= 1"),
+    ("V1", {"bx": 64, "by": 32}, "2048 threads; the device allows at most 1024"),
+])
+def test_tile_values_are_checked(pair, version, tile, match):
+    with pytest.raises(ValueError, match=match):
+        common.run(version, *pair, tile=tile)
+
+
+def test_read_only_or_byte_swapped_arrays_are_refused(pair):
+    a, b = pair
+    if not isinstance(a, np.ndarray):
+        pytest.skip("device memory has no read-only flag or byte order")
+    out = np.empty(a.shape, dtype=np.float32)
+    out.setflags(write=False)
+    with pytest.raises(ValueError, match="out: the output array is read-only"):
+        common.run("V1", a, b, out=out)
+    with pytest.raises(TypeError, match=r"img1: expected dtype float32 in native byte order, got >f4"):
+        common.run("V1", a.astype(">f4"), b)
 
 
 def test_valid_training_crops_the_map_not_the_derivatives(rng):

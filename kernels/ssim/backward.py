@@ -10,7 +10,7 @@ from numba import cuda, float32
 
 from kernels.harness import check, device
 
-from .common import GAUSS, RADIUS, WINDOW, planes, validate
+from .common import GAUSS, RADIUS, WINDOW, planes, tile_params, validate
 
 GPU_TILE = {"bx": 32, "by": 16}
 SIM_TILE = {"bx": 8, "by": 8}
@@ -78,10 +78,14 @@ def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | Non
     shape = tuple(img1.shape)
     for name, a in (("grad_map", grad_map), ("d_mu1", d_mu1), ("d_s11", d_s11), ("d_s12", d_s12)):
         check.require_array(a, name, dtype=np.float32, shape=shape)
-    xp = device.xp()
-    out = xp.empty(shape, dtype=np.float32) if out is None else check.require_array(
-        out, "out", dtype=np.float32, shape=shape)
-    t = {**(GPU_TILE if device.on_gpu() else SIM_TILE), **(tile or {})}
+    if out is None:
+        out = device.xp().empty(shape, dtype=np.float32)
+    else:
+        check.require_array(out, "out", dtype=np.float32, shape=shape)
+        check.require_output(out, "out", {"img1": img1, "img2": img2, "grad_map": grad_map, "d_mu1": d_mu1,
+                                          "d_s11": d_s11, "d_s12": d_s12})
+    t = tile_params("backward", GPU_TILE, SIM_TILE, tile)
+    check.block_shape((t["bx"], t["by"]))
     n, c, h, w = shape
     grid = ((w + t["bx"] - 1) // t["bx"], (h + t["by"] - 1) // t["by"], n * c)
     build(t["bx"], t["by"])[grid, (t["bx"], t["by"])](

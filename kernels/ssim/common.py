@@ -269,15 +269,10 @@ def version_module(version: str):
     return importlib.import_module("kernels.ssim." + ("cuda_versions" if name.endswith(".cu") else name))
 
 
-def _byte_range(a) -> tuple[int, int]:
-    """[first, last) byte address of a C-contiguous host or device array."""
-    first = check.address(a)
-    return first, first + a.size * np.dtype(a.dtype).itemsize
-
-
-def _tile_params(version: str, module, tile: dict | None) -> dict:
-    """The version's default block shape with ``tile`` applied; only the keys it already has."""
-    params = dict(module.GPU_TILE if device.on_gpu() else module.SIM_TILE)
+def tile_params(version: str, gpu_tile: dict, sim_tile: dict, tile: dict | None) -> dict:
+    """A Numba kernel's default block shape on this machine with ``tile`` applied: only the keys it
+    already has, each a positive integer."""
+    params = dict(gpu_tile if device.on_gpu() else sim_tile)
     if tile:
         if not params:
             raise ValueError(f"tile= applies to the Numba versions {NUMBA_VERSIONS}; {version}'s block shape "
@@ -285,7 +280,7 @@ def _tile_params(version: str, module, tile: dict | None) -> dict:
         unknown = sorted(set(tile) - set(params))
         if unknown:
             raise ValueError(f"{version}: unknown tile keys {unknown}; expected some of {sorted(params)}")
-        params.update(tile)
+        params.update({key: check.positive_int(value, f"{version}: tile {key}") for key, value in tile.items()})
     return params
 
 
@@ -310,12 +305,11 @@ def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
         if a is None:
             continue
         check.require_array(a, name, dtype=np.float32, shape=tuple(img1.shape))
-        first, last = _byte_range(a)
-        for other, b in [("img1", img1), ("img2", img2)] + written:
-            b_first, b_last = _byte_range(b)
-            if first < b_last and b_first < last:
-                what = "pixels it still reads" if other.startswith("img") else f"values it writes to {other}"
-                raise ValueError(f"{name} must not overlap {other}: the kernel would overwrite {what}")
+        check.require_output(a, name, {"img1": img1, "img2": img2})
+        for other, b in written:
+            if check.overlaps(a, b):
+                raise ValueError(f"{name} must not overlap {other}: the kernel would overwrite values it writes "
+                                 f"to {other}")
         written.append((name, a))
     xp = device.xp()
     if out is None:
@@ -345,7 +339,7 @@ def run(version: str, img1, img2, *, training: bool = False, valid: bool = False
                 raise ValueError(f"{name} has {bad} NaN/Inf values; SSIM of non-finite pixels is undefined")
     out, derivs = _outputs(img1, img2, out, derivs, training)
     module = version_module(version)
-    module.launch(version, img1, img2, out, derivs, **_tile_params(version, module, tile))
+    module.launch(version, img1, img2, out, derivs, **tile_params(version, module.GPU_TILE, module.SIM_TILE, tile))
     ssim_map = crop_valid(out) if valid else out
     return (ssim_map, *derivs) if training else ssim_map
 
@@ -370,6 +364,8 @@ def verify(version: str, shapes, kinds=("random", "structured"), *, training: bo
     shape and kind (seeds ``seed``, ``seed`` + 1, ...), with poisoned outputs. The lines name tolerances,
     not errors, and the training tolerances scale with the reference, so with the default seed they
     read the same on every machine (the notebooks print them; the tests draw fresh images)."""
+    if not shapes or not all(isinstance(s, (tuple, list)) and len(s) == 4 for s in shapes):
+        raise TypeError(f"shapes: expected a list of (N, C, H, W) shapes such as [(1, 1, 11, 11)], got {shapes!r}")
     xp = device.xp()
     lines = []
     for shape in shapes:
@@ -460,6 +456,7 @@ def planes(a):
 def numba_launch(kernel, grid, block, img1, img2, out, derivs):
     """Launch a Numba SSIM kernel; in inference the derivative arguments are a 1-element placeholder
     the kernel never touches (not the map itself: the simulator copies each argument back)."""
+    check.block_shape(block)
     if derivs is None:
         placeholder = device.xp().empty((1, 1, 1, 1), dtype=np.float32)
         derivs = (placeholder,) * 3
