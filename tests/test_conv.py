@@ -101,6 +101,22 @@ def test_cpu_stage_checks_its_own_arrays():
             common.launcher(seq, x, f, y)
 
 
+@pytest.mark.parametrize("stage", [NUMBA_STAGES[0], STAGE], ids=lambda s: s.name)
+def test_output_overlapping_an_input_or_read_only_is_refused(stage):
+    p = common.Problem("same channels", 1, 4, 4, 6, 6)   # C == K: y has x's shape
+    x, f = common.to_layout(*common.random_inputs(p, seed=0), stage.layout)
+    xp = device.xp() if stage.device else np
+    x, f = xp.asarray(x), xp.asarray(f)
+    with pytest.raises(ValueError, match="y must not overlap x"):
+        common.launcher(stage, x, f, x)
+    if xp is not np:
+        return   # device memory has no read-only flag
+    y = np.empty_like(x)
+    y.setflags(write=False)
+    with pytest.raises(ValueError, match="y: the output array is read-only"):
+        common.launcher(stage, x, f, y)
+
+
 def test_unknown_layout_is_named():
     x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["tiny"], seed=0), "nhwc")
     with pytest.raises(ValueError, match="stage COALESCING: unknown layout 'chwn'"):
@@ -109,11 +125,16 @@ def test_unknown_layout_is_named():
 
 @pytest.mark.parametrize("stage", [NUMBA_STAGES[0], STAGE], ids=lambda s: s.name)
 def test_tensors_of_2_31_elements_are_refused(stage):
-    """Small arrays, large output: N*K*H*W = 1 * 2**15 * 256 * 256 = 2**31 output elements."""
-    p = common.Problem("big", n=1, c=1, k=2**15, h=256, w=256)
-    x_shape, f_shape, _ = common.shapes(p, stage.layout)
-    with pytest.raises(ValueError, match=r"2\*\*31 or more elements are not supported"):
-        common.run(stage, np.zeros(x_shape, np.float32), np.zeros(f_shape, np.float32))
+    """N*K*H*W = 1 * 2**15 * 256 * 256 = 2**31 output elements from small arrays; the same count of
+    input elements (C = 2**15) from an 8 GiB input that is never touched (np.zeros maps it lazily)."""
+    for c, k in ((1, 2**15), (2**15, 1)):
+        x_shape, f_shape, _ = common.shapes(common.Problem("big", n=1, c=c, k=k, h=256, w=256), stage.layout)
+        try:
+            x = np.zeros(x_shape, np.float32)
+        except MemoryError:
+            pytest.skip("this machine cannot map an 8 GiB array")
+        with pytest.raises(ValueError, match=r"2\*\*31 or more elements are not supported"):
+            common.run(stage, x, np.zeros(f_shape, np.float32))
 
 
 def test_vector_stages_name_their_channel_constraint():
@@ -336,6 +357,8 @@ def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
     assert h == pytest.approx(model.tap_reuse(conv1, 128) * 128 / 192)
     assert 0.4 < h < 0.5
     assert model.l1_hit_rate("DOUBLE BUFFER", conv2, res, tile, props) == 0.0
+    # with 20 KB of shared memory per block, the resident blocks leave L1 too little for the sweep
+    assert model.l1_hit_rate("DOUBLE BUFFER", conv1, dataclasses.replace(res, smem_bytes=20 * 1024), tile, props) == 0.0
     assert model.l1_hit_rate("HALO TILE", conv1, res, cuda_stages.DEFAULTS["HALO TILE"], props) == 0.0
     # an RTX 4090's SM (128 KB of L1 and shared memory) cannot hold a tap's sweep of three resident blocks
     assert model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, RTX_4090) == 0.0

@@ -166,6 +166,29 @@ def test_bad_geometry_and_arguments():
         ig.launcher(1, x, w, np.zeros(ig.CI_PROBLEM.y_shape, np.float16), relu=True)
     with pytest.raises(TypeError, match="float32"):
         ig.validate(5, x, w, bias=np.zeros(ig.CI_PROBLEM.k, np.float16))
+    for bad in (dict(pad=True), dict(stride=True)):
+        with pytest.raises(ValueError, match="must be an integer"):
+            ig.validate(1, x, w, **bad)
+    with pytest.raises(ValueError, match="step must be one of"):
+        ig.validate(1.0, x, w)
+    with pytest.raises(TypeError, match=r"out \(NPQK output\): expected a.* got list"):
+        ig.validate(2, x, w, out=[[0]])
+
+
+def test_output_overlapping_an_input_is_refused():
+    p = ig.Problem(n=1, h=5, w=7, c=8, k=8)       # C == K: out has x's shape
+    x, w = ig.random_inputs(p, np.random.default_rng(0))
+    x, w = device.xp().asarray(x), device.xp().asarray(w)
+    with pytest.raises(ValueError, match="out must not overlap x"):
+        ig.conv(1, x, w, out=x)
+
+
+def test_step_1_takes_numba_device_arrays(rng):
+    from numba import cuda
+    p = ig.Problem(n=1, h=3, w=5, c=3, k=4)
+    x, w = ig.random_inputs(p, rng)
+    result = ig.compare(ig.conv(1, cuda.to_device(x), cuda.to_device(w)), ig.reference(x, w), p)
+    assert result.ok, f"{result} -- {result.detail}"
 
 
 @pytest.mark.parametrize("step", ig.SPECIALIZED)
@@ -269,6 +292,12 @@ def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     cc = f"{props['cc'][0]}.{props['cc'][1]}"
     assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
     assert ig.unsupported(5, props, 5) is None                     # 83,200 B fit in 99 KB
+
+
+def test_a_newer_gpu_leaves_out_the_wgmma_steps_too():
+    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-8."""
+    why = _left_out({**H100, "name": "NVIDIA B200", "cc": "100"})
+    assert sorted(why) == [6, 7, 8] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
 
 
 def test_the_t4_runs_steps_1_and_2_only():

@@ -175,6 +175,7 @@ def validate(stage: Stage, x, f, y=None) -> Problem:
         elif not (isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == y_shape
                   and y.flags.c_contiguous):
             raise ValueError(f"y: expected a C-contiguous float32 NumPy array of shape {y_shape}")
+        check.require_output(y, "y", {"x": x, "f": f})
     if stage.needs_gpu and device.MODE != device.GPU:
         raise RuntimeError(f"stage {stage.name} is CUDA C++ and needs a GPU; in the simulator it is compiled only")
     if stage.c_multiple % 4 == 0:

@@ -147,10 +147,8 @@ def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
 
 
 def _module(a):
-    if isinstance(a, np.ndarray):
-        return np
-    import cupy
-    return cupy
+    """The array module for arrays like ``a``: NumPy for host arrays and in the simulator, else CuPy."""
+    return np if isinstance(a, np.ndarray) else device.xp()
 
 
 def reference(x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False,
@@ -191,7 +189,7 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
 
 def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
     """Check every argument of ``step`` and return the Problem it describes; errors name the constraint."""
-    if step not in STEPS:
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step not in STEPS:
         raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
     check.require_array(x, "x (NHWC input)", dtype=np.float16, ndim=4)
     check.require_array(w, "w (KRSC filters)", dtype=np.float16, ndim=4)
@@ -205,9 +203,9 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
             hint = " -- x looks like NCHW: pass x.transpose(0, 2, 3, 1) made contiguous"
         raise ValueError(f"w: expected KRSC filters whose last axis matches x's channels C = {c} (NHWC); "
                          f"got w of shape {tuple(w.shape)}{hint}")
-    if not (isinstance(pad, (int, np.integer)) and pad >= 0):
+    if isinstance(pad, bool) or not (isinstance(pad, (int, np.integer)) and pad >= 0):
         raise ValueError(f"pad must be an integer >= 0, got {pad!r}")
-    if not (isinstance(stride, (int, np.integer)) and stride >= 1):
+    if isinstance(stride, bool) or not (isinstance(stride, (int, np.integer)) and stride >= 1):
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     problem = Problem(n, h, wd, c, k, r, s, int(pad), int(stride))
     if problem.p < 1 or problem.q < 1:
@@ -224,9 +222,6 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
             if int(np.prod(shape)) > MAX_ELEMENTS:
                 raise ValueError(f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
                                  f"with 32-bit integers (at most {MAX_ELEMENTS})")
-        for name, a in (("x", x), ("w", w), ("out", out)):
-            if a is not None and check.address(a) % 16:
-                raise ValueError(f"{name}: the tensor-core steps need 16-byte aligned arrays")
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
     if bias is not None:
@@ -237,6 +232,12 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
         if step in SPECIALIZED and check.address(bias) % 8:
             raise ValueError(f"bias: steps {SPECIALIZED} read it two channels (8 bytes) at a time, so it "
                              f"must be 8-byte aligned (a slice such as b[1:] may not be: pass a copy)")
+    if out is not None:
+        check.require_output(out, "out", {"x": x, "w": w, "bias": bias})
+    if step >= 2:
+        for name, a in (("x", x), ("w", w), ("out", out)):
+            if a is not None and check.address(a) % 16:
+                raise ValueError(f"{name}: the tensor-core steps need 16-byte aligned arrays")
     return problem
 
 
