@@ -32,6 +32,13 @@ def test_compare_fails_on_error_and_reports_it(rng):
     assert str(result).startswith("FAIL")
 
 
+def test_compare_fails_on_the_relative_error_alone(rng):
+    ref = rng.random(100) * 1e-3 + 1e-4
+    result = check.compare(ref * 1.1, ref, atol=1e-3, rtol=1e-5)    # max|err| 1e-4 < atol, rel 0.1
+    assert not result.ok and result.max_abs <= 1e-3 and result.rel_fro == pytest.approx(0.1)
+    assert check.compare(ref * 1.1, ref, atol=1e-3).ok                # no rtol: atol alone decides
+
+
 def test_compare_fails_on_unwritten_poisoned_elements(rng):
     ref = rng.random(64)
     out = check.poison(np.empty(64))

@@ -64,10 +64,26 @@ def test_simulated_runs_are_not_recorded(tmp_path):
 
 
 def test_value_lookup():
-    rows = [row(3.0), row(4.0, metric="ms")]
+    rows = [row(3.0), row(4.0, metric="ms"), row(5.0, metric="ms") | {"problem": "K=64"}]
     assert results.value(rows, "k", "ms") == 4.0
+    assert results.value(rows, "k", "ms", "K=64") == 5.0
     with pytest.raises(KeyError, match="metric='GFLOP/s'"):
         results.value(rows, "k", "GFLOP/s")
+    with pytest.raises(KeyError):
+        results.value(rows, "k", "ms", "K=32")
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
+def test_measured_or_stored_without_a_gpu_returns_the_reference_gpu_s_rows_of_those_kernels(
+        tmp_path, monkeypatch, capsys):
+    env = ENV | {"gpu_slug": results.REFERENCE_GPU}
+    results.record("conv", [row(1.0), row(2.0) | {"kernel": "other"}], env=env, root=tmp_path)
+    results.record("conv", [row(3.0)], env=env | {"date": "2026-11-22T00:00:00Z"}, root=tmp_path)
+    monkeypatch.setattr(results, "REPOSITORY", tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    rows = results.measured_or_stored("conv", lambda: pytest.fail("measured without a GPU"), ("k",))
+    assert [(r["kernel"], r["value"]) for r in rows] == [("k", 3.0)]     # the newest, as a float
+    assert "showing 1 stored measurements of k from Test GPU" in capsys.readouterr().out
 
 
 def test_load_reads_the_repository_where_the_results_folder_lacks_a_gpu(tmp_path, monkeypatch):

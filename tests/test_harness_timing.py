@@ -17,6 +17,8 @@ def test_rates():
     assert r["GFLOP/s"] == pytest.approx(2000.0) and r["GB/s"] == pytest.approx(3000.0)
     with pytest.raises(ValueError, match="positive"):
         timing.rates(timing.Timing((0.0,)))
+    slow_outlier = timing.rates(timing.Timing((1.0, 2.0, 100.0)), flops=4e9)   # the median, not the mean
+    assert slow_outlier["ms"] == 2.0 and slow_outlier["GFLOP/s"] == pytest.approx(2000.0)
 
 
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")

@@ -216,6 +216,9 @@ PASS something the program printed
 def test_read_ncu_csv():
     counts = pm.read_ncu_csv(NCU)
     assert counts == {"conv_double_buffer": pm.Counts(fp32=600_000, ldst=100_000, other=300_000)}
+    second_launch = "".join(line.replace('"0","1","python"', '"1","1","python"', 1) + "\n"
+                            for line in NCU.splitlines() if line.startswith('"0"'))
+    assert pm.read_ncu_csv(NCU + second_launch) == {"conv_double_buffer": pm.Counts(1_200_000, 200_000, 600_000)}
 
 
 def test_read_ncu_metric_reads_one_metric_per_kernel():
@@ -272,6 +275,8 @@ def test_one_warp_waits_on_its_loads_and_barriers():
     # independent work issues one per cycle; a counter carried across iterations waits its 4 cycles
     assert pm.scheduler_cycles(body("IADD3 R1, R5, 0x1, RZ\nIADD3 R2, R6, 0x1, RZ\nBRA `(.L_x_0)"), LAT) == 3
     assert pm.scheduler_cycles(body("IADD3 R1, R1, 0x1, RZ\nIADD3 R2, R6, 0x1, RZ\nBRA `(.L_x_0)"), LAT) == 4
+    # an instruction that overwrites the register a load is still writing waits for the load: 20 + 2
+    assert pm.scheduler_cycles(body("LDS R1, [R0]\nIADD3 R1, R5, 0x1, RZ\nBRA `(.L_x_0)"), LAT) == 22
     # a barrier holds the warp 10 cycles: 10 + 2
     assert pm.scheduler_cycles(body("BAR.SYNC.DEFER_BLOCKING 0x0\nFFMA R1, R1, R1, R1\nBRA `(.L_x_0)"), LAT) == 12
 
