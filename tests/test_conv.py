@@ -62,23 +62,23 @@ STAGE = NUMBA_STAGES[2]  # COALESCING: NHWC
     ((7, 7, 3), (3, 3, 3, 5), np.float32, ValueError, "expected 4 dimensions"),
     ((1, 7, 7, 0), (3, 3, 0, 5), np.float32, ValueError, "empty"),
 ])
-def test_bad_input_is_rejected(x_shape, f_shape, dtype, error, match):
+def test_bad_input_is_rejected(x_shape, f_shape, dtype, error, match, xp):
     with pytest.raises(error, match=match):
-        common.run(STAGE, np.zeros(x_shape, dtype), np.zeros(f_shape, dtype))
+        common.run(STAGE, xp.zeros(x_shape, dtype), xp.zeros(f_shape, dtype))
 
 
-def test_nchw_data_given_to_an_nhwc_stage_is_caught():
+def test_nchw_data_given_to_an_nhwc_stage_is_caught(xp):
     x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)      # NCHW / KCRS
     with pytest.raises(ValueError, match="only 3x3 filters"):
-        common.run(STAGE, x, f)
+        common.run(STAGE, xp.asarray(x), xp.asarray(f))
 
 
-def test_non_contiguous_input_and_wrong_output_are_rejected():
-    x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["tiny"], seed=0), "nhwc")
+def test_non_contiguous_input_and_wrong_output_are_rejected(xp):
+    x, f = map(xp.asarray, common.to_layout(*common.random_inputs(common.PROBLEMS["tiny"], seed=0), "nhwc"))
     with pytest.raises(ValueError, match="C-contiguous"):
         common.run(STAGE, x[:, ::-1], f)
     with pytest.raises(ValueError, match="expected shape"):
-        common.launcher(STAGE, x, f, np.zeros((1, 7, 7, 4), np.float32))
+        common.launcher(STAGE, x, f, xp.zeros((1, 7, 7, 4), np.float32))
 
 
 def test_cpu_stage_rejects_device_style_input():
@@ -126,22 +126,23 @@ def test_unknown_layout_is_named():
 @pytest.mark.parametrize("stage", [NUMBA_STAGES[0], STAGE], ids=lambda s: s.name)
 def test_tensors_of_2_31_elements_are_refused(stage):
     """N*K*H*W = 1 * 2**15 * 256 * 256 = 2**31 output elements from small arrays; the same count of
-    input elements (C = 2**15) from an 8 GiB input that is never touched (np.zeros maps it lazily)."""
+    input elements (C = 2**15) from an 8 GiB input (on a CPU, np.zeros maps it without touching it)."""
+    xp = device.xp() if stage.device else np
     for c, k in ((1, 2**15), (2**15, 1)):
         x_shape, f_shape, _ = common.shapes(common.Problem("big", n=1, c=c, k=k, h=256, w=256), stage.layout)
         try:
-            x = np.zeros(x_shape, np.float32)
-        except MemoryError:
-            pytest.skip("this machine cannot map an 8 GiB array")
+            x = xp.zeros(x_shape, np.float32)
+        except MemoryError:   # CuPy's OutOfMemoryError too
+            pytest.skip("this machine cannot allocate an 8 GiB array")
         with pytest.raises(ValueError, match=r"2\*\*31 or more elements are not supported"):
-            common.run(stage, x, np.zeros(f_shape, np.float32))
+            common.run(stage, x, xp.zeros(f_shape, np.float32))
 
 
-def test_vector_stages_name_their_channel_constraint():
-    x, f = common.to_layout(*common.random_inputs(common.Problem("c", 1, 6, 8, 5, 5), seed=0), "nhwc")
+def test_vector_stages_name_their_channel_constraint(xp):
+    x, f = map(xp.asarray, common.to_layout(*common.random_inputs(common.Problem("c", 1, 6, 8, 5, 5), seed=0), "nhwc"))
     with pytest.raises(ValueError, match="C must be a multiple of 4, got C = 6"):
         common.run(cuda_stages.S6, x, f)
-    x, f = common.to_layout(*common.random_inputs(common.Problem("k", 1, 8, 6, 5, 5), seed=0), "nhwc")
+    x, f = map(xp.asarray, common.to_layout(*common.random_inputs(common.Problem("k", 1, 8, 6, 5, 5), seed=0), "nhwc"))
     with pytest.raises(ValueError, match="K must be a multiple of 4, got K = 6"):
         common.run(cuda_stages.S7, x, f)
     with pytest.raises(ValueError, match="K must be a multiple of 4, got K = 6"):

@@ -112,8 +112,14 @@ def test_head_tail_fit_recovers_a_line():
 
 # ---- bad input -----------------------------------------------------------------------------------
 
-def _inputs(problem=ig.CI_PROBLEM):
-    return (np.zeros(problem.x_shape, np.float16), np.zeros(problem.w_shape, np.float16))
+def zeros(shape, dtype):
+    """Zeros where this mode's kernels take their arrays: on the GPU, or in NumPy in the simulator."""
+    return device.xp().zeros(shape, dtype)
+
+
+def _inputs(problem=ig.CI_PROBLEM, xp=None):
+    xp = xp or device.xp()
+    return (xp.zeros(problem.x_shape, np.float16), xp.zeros(problem.w_shape, np.float16))
 
 
 @pytest.mark.parametrize("step", [1, 2, 5])
@@ -128,9 +134,9 @@ def test_wrong_dtype_is_refused(step):
 def test_wrong_layouts_are_named():
     x, w = _inputs()
     with pytest.raises(ValueError, match="KCRS"):
-        ig.validate(2, x, np.ascontiguousarray(w.transpose(0, 3, 1, 2)))
+        ig.validate(2, x, device.xp().ascontiguousarray(w.transpose(0, 3, 1, 2)))
     with pytest.raises(ValueError, match="NCHW"):
-        ig.validate(2, np.ascontiguousarray(x.transpose(0, 3, 1, 2)), w)
+        ig.validate(2, device.xp().ascontiguousarray(x.transpose(0, 3, 1, 2)), w)
     with pytest.raises(ValueError, match="4 dimensions"):
         ig.validate(2, x[0], w)
     with pytest.raises(ValueError, match="C-contiguous"):
@@ -151,7 +157,7 @@ def test_first_layer_is_refused_by_the_tensor_core_steps_only():
 def test_bad_geometry_and_arguments():
     x, w = _inputs()
     with pytest.raises(ValueError, match="larger than the padded"):
-        ig.validate(1, x, np.zeros((4, 9, 9, 16), np.float16), pad=0)
+        ig.validate(1, x, zeros((4, 9, 9, 16), np.float16), pad=0)
     with pytest.raises(ValueError, match="stride"):
         ig.validate(1, x, w, stride=0)
     with pytest.raises(ValueError, match="pad"):
@@ -159,13 +165,13 @@ def test_bad_geometry_and_arguments():
     with pytest.raises(ValueError, match="step must be one of"):
         ig.validate(9, x, w)
     with pytest.raises(ValueError, match="expected shape"):
-        ig.validate(1, x, w, np.zeros((1, 2, 3, 4), np.float16))
+        ig.validate(1, x, w, zeros((1, 2, 3, 4), np.float16))
     with pytest.raises(ValueError, match="fused in steps"):
-        ig.validate(4, x, w, bias=np.zeros(ig.CI_PROBLEM.k, np.float32))
+        ig.validate(4, x, w, bias=zeros(ig.CI_PROBLEM.k, np.float32))
     with pytest.raises(ValueError, match="fused in steps"):
-        ig.launcher(1, x, w, np.zeros(ig.CI_PROBLEM.y_shape, np.float16), relu=True)
+        ig.launcher(1, x, w, zeros(ig.CI_PROBLEM.y_shape, np.float16), relu=True)
     with pytest.raises(TypeError, match="float32"):
-        ig.validate(5, x, w, bias=np.zeros(ig.CI_PROBLEM.k, np.float16))
+        ig.validate(5, x, w, bias=zeros(ig.CI_PROBLEM.k, np.float16))
     for bad in (dict(pad=True), dict(stride=True)):
         with pytest.raises(ValueError, match="must be an integer"):
             ig.validate(1, x, w, **bad)
@@ -196,10 +202,10 @@ def test_misaligned_bias_is_refused_by_the_steps_that_read_it_in_pairs(step):
     """Steps 7-8 load bias as float2: a contiguous slice 4 bytes off an 8-byte boundary would fault."""
     x, w = _inputs()
     k = ig.CI_PROBLEM.k
-    buf = np.zeros(k + 2, np.float32)
-    start = 1 if buf.ctypes.data % 8 == 0 else 0
+    buf = zeros(k + 2, np.float32)
+    start = 1 if check.address(buf) % 8 == 0 else 0
     bias = buf[start:start + k]
-    assert bias.flags.c_contiguous and bias.ctypes.data % 8 == 4
+    assert bias.flags.c_contiguous and check.address(bias) % 8 == 4
     with pytest.raises(ValueError, match="8-byte aligned"):
         ig.validate(step, x, w, bias=bias)
     assert ig.validate(5, x, w, bias=bias) == ig.CI_PROBLEM     # step 5 reads one float at a time
@@ -208,18 +214,18 @@ def test_misaligned_bias_is_refused_by_the_steps_that_read_it_in_pairs(step):
 
 def _misaligned(a, alignment=16):
     """A C-contiguous copy of ``a`` whose data starts ``a.itemsize`` bytes past an ``alignment`` boundary."""
-    buf = np.zeros(a.size + alignment, a.dtype)
-    start = (-buf.ctypes.data // a.itemsize + 1) % (alignment // a.itemsize)
+    buf = zeros(a.size + alignment, a.dtype)
+    start = (-check.address(buf) // a.itemsize + 1) % (alignment // a.itemsize)
     view = buf[start:start + a.size].reshape(a.shape)
     view[...] = a
-    assert view.flags.c_contiguous and view.ctypes.data % alignment == a.itemsize
+    assert view.flags.c_contiguous and check.address(view) % alignment == a.itemsize
     return view
 
 
 def test_misaligned_arrays_are_refused_by_the_tensor_core_steps():
     """Steps 2-8 move 16 bytes at a time: an fp16 view 2 bytes off a 16-byte boundary would fault."""
     x, w = _inputs()
-    out = np.zeros(ig.CI_PROBLEM.y_shape, np.float16)
+    out = zeros(ig.CI_PROBLEM.y_shape, np.float16)
     for step in (2, 5, 8):
         with pytest.raises(ValueError, match="x: the tensor-core steps need 16-byte aligned arrays"):
             ig.validate(step, _misaligned(x), w)
@@ -247,7 +253,7 @@ def test_tensors_past_32_bit_indices_are_refused(problem, limit, match, monkeypa
 
 def test_pipeline_depth_is_checked():
     x, w = _inputs()
-    out = np.zeros(ig.CI_PROBLEM.y_shape, np.float16)
+    out = zeros(ig.CI_PROBLEM.y_shape, np.float16)
     with pytest.raises(ValueError, match="stages of step 6 must be an integer from 3 to 5"):
         ig.launcher(6, x, w, out, stages=2)
     with pytest.raises(ValueError, match="stages of step 4 must be an integer from 2 to 5"):
@@ -517,7 +523,7 @@ def test_fused_epilogue(step, problem, rng):
 
 @pytest.mark.gpu
 def test_cuda_steps_refuse_host_arrays():
-    x, w = _inputs()
+    x, w = _inputs(xp=np)
     with pytest.raises(TypeError, match="device array"):
         ig.conv(4, x, w)
 

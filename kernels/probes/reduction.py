@@ -106,8 +106,8 @@ def kernel_for(variant: str, block: int):
 
 def block_sums(variant: str, x, partial, block: int = 256):
     """Sum each run of ``block`` elements of x (float32, 1D) into partial (ceil(n / block) elements)."""
-    check.require_array(x, "x", dtype=np.float32, ndim=1)
     kernel = kernel_for(variant, block)
+    check.require_array(x, "x", dtype=np.float32, ndim=1)
     blocks = math.ceil(x.shape[0] / block)
     check.require_array(partial, "partial", dtype=np.float32, shape=(blocks,))
     kernel[blocks, block](x, partial)
