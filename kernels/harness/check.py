@@ -15,7 +15,7 @@ import numpy as np
 from . import device
 
 
-# Limits of every CUDA GPU since compute capability 2.0 (programming guide, "Technical Specifications").
+# Limits of every CUDA GPU since compute capability 3.0 (programming guide, "Technical Specifications").
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
 MAX_GRID_DIM = (2**31 - 1, 65535, 65535)

@@ -12,8 +12,8 @@ nowhere else. ``run(..., check_finite=True)`` raises instead.
 
 Every kernel blurs the *shifted* images x - SHIFT and y - SHIFT (the zero padding becomes -SHIFT, so the
 shift is exact everywhere) and adds SHIFT back to the two means. Variances and the covariance do not
-change under a shift, but E[x^2] - mu^2 then cancels on numbers near 0.06 instead of near 0.5: about 8x
-less float32 rounding error on smooth bright images (``float32_model`` shows it on the CPU).
+change under a shift, but E[x^2] - mu^2 then cancels on numbers near 0.06 instead of near 0.5: about an
+order of magnitude less float32 rounding error on smooth bright images (``float32_model`` shows it on the CPU).
 """
 from __future__ import annotations
 
@@ -361,9 +361,10 @@ def _with_seed(result: check.CheckResult, seed: int) -> check.CheckResult:
 def verify(version: str, shapes, kinds=("random", "structured"), *, training: bool = False,
            seed: int = 0) -> list[str]:
     """Verdict lines (map and mean vs the float64 reference) for one version on random images of each
-    shape and kind (seeds ``seed``, ``seed`` + 1, ...), with poisoned outputs. The lines name tolerances,
-    not errors, and the training tolerances scale with the reference, so with the default seed they
-    read the same on every machine (the notebooks print them; the tests draw fresh images)."""
+    shape and kind (each case's seed: ``seed`` plus the verdict lines before it), with poisoned
+    outputs. The lines name tolerances, not errors, and the training tolerances scale with the
+    reference, so with the default seed they read the same on every machine (the notebooks print
+    them; the tests draw fresh images)."""
     if not shapes or not all(isinstance(s, (tuple, list)) and len(s) == 4 for s in shapes):
         raise TypeError(f"shapes: expected a list of (N, C, H, W) shapes such as [(1, 1, 11, 11)], got {shapes!r}")
     xp = device.xp()
@@ -431,8 +432,8 @@ def fused_mean(version: str, img1, img2, *, valid: bool = False) -> float:
 
 def fused_checks(version: str, shapes, seed: int = 100) -> list:
     """``fused_mean`` (all pixels, then the valid map) against the float64 reference's mean on random
-    images of each shape (seeds ``seed``, ``seed`` + 1, ...): check.CheckResult objects, printed as
-    verdict lines that name the tolerance."""
+    images of each shape (each case's seed: ``seed`` plus the results before it): check.CheckResult
+    objects, printed as verdict lines that name the tolerance."""
     xp = device.xp()
     found = []
     for shape in shapes:
