@@ -11,6 +11,7 @@ endif
 BOOK_HTML := _build/html
 CHAPTER ?=
 UPDATE ?= 0
+FORCE ?= 0
 
 CHAPTERS = $(shell ls notebooks/*.ipynb | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
 
@@ -21,7 +22,8 @@ help:
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
 	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
 	@echo "make book-check           the built book in headless Chromium (installs Debian's chromium if missing)"
-	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook)"
+	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook;"
+	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1)"
 	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -52,7 +54,7 @@ gpu-test: $(SETUP)
 
 rerun: $(SETUP)
 	@test -n "$(CHAPTER)" || (echo "usage: make rerun CHAPTER=<name>, e.g. CHAPTER=machine" && exit 2)
-	$(PYTHON) scripts/rerun.py $(CHAPTER) $(if $(filter 1,$(UPDATE)),--update,)
+	$(PYTHON) scripts/rerun.py $(CHAPTER) $(if $(filter 1,$(UPDATE)),--update,) $(if $(filter 1,$(FORCE)),--force-update,)
 
 rerun-all: $(SETUP)
 	@for c in $(CHAPTERS); do $(MAKE) --no-print-directory rerun CHAPTER=$$c || exit 1; done

@@ -71,7 +71,7 @@ def launch_all(problem: str, names: list[str] | None = None) -> None:
 
 
 def ncu_path(problem: str) -> Path:
-    return results.RESULTS / device.environment()["gpu_slug"] / f"conv_ncu_{problem}.csv"
+    return results.gpu_folder(device.environment()["gpu_slug"]) / f"conv_ncu_{problem}.csv"
 
 
 def run_ncu(problem: str, names: list[str] | None = None) -> Path:
@@ -86,7 +86,6 @@ def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     if out.returncode != 0 or '"Metric Name"' not in out.stdout:
         raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")
     path = ncu_path(problem)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = out.stdout
     if names and path.exists():
         header, new = perfmodel.ncu_csv_table(out.stdout)
@@ -96,7 +95,7 @@ def run_ncu(problem: str, names: list[str] | None = None) -> Path:
         buffer = io.StringIO()
         csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([header, *kept, *new])
         text = buffer.getvalue()
-    path.write_text(text)
+    results.replace_file(path, text)
     return path
 
 
@@ -118,13 +117,13 @@ def main() -> None:
             print(f"wrote {run_ncu(problem, args.stages)}")
         return
     env = device.environment()
-    path = results.RESULTS / env["gpu_slug"] / "conv_counts.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = results.gpu_folder(env["gpu_slug"]) / "conv_counts.csv"
     rows = count_rows(args.problems, args.stages)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    results.replace_file(path, buffer.getvalue())
     print(f"wrote {len(rows)} rows to {path}")
 
 

@@ -2,14 +2,16 @@
 
     python scripts/rerun.py machine            # executed copy in build/rerun/<gpu>/, committed notebook untouched
     python scripts/rerun.py machine --update   # maintainers: refresh the committed notebook in place
+                                               # (on the reference GPU; elsewhere add --force-update)
 
 The notebook appends its measurements to data/results/<gpu>/<chapter>.csv as it runs (to
-$BOOK_RESULTS/<gpu>/<chapter>.csv if BOOK_RESULTS is set); the reference GPU's numbers always come
-from the repository's data/results.
+$BOOK_RESULTS/<gpu>/<chapter>.csv if BOOK_RESULTS is set, a relative one taken from the repository
+root); the reference GPU's numbers always come from the repository's data/results.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -27,6 +29,16 @@ def chapter_notebooks(chapter: str) -> list[Path]:
         names = sorted(re.sub(r"^\d+[a-z]?_", "", p.stem) for p in (ROOT / "notebooks").glob("*.ipynb"))
         raise SystemExit(f"no notebook for chapter {chapter!r}; chapters: {', '.join(names)}")
     return found
+
+
+def check_update(gpu_slug: str, force: bool) -> None:
+    """--update writes over the committed notebooks, which show the reference GPU's run: refuse on
+    another GPU unless ``force``."""
+    if gpu_slug != results.REFERENCE_GPU and not force:
+        raise SystemExit(f"--update: this GPU ({gpu_slug}) is not the reference GPU ({results.REFERENCE_GPU}) "
+                         "whose runs the committed notebooks show; run without UPDATE=1 (the executed copy goes "
+                         "to build/rerun/), or add --force-update (make rerun UPDATE=1 FORCE=1) to overwrite "
+                         "the committed notebooks anyway")
 
 
 def reference_rows(reference: str) -> dict:
@@ -55,7 +67,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapter")
     parser.add_argument("--update", action="store_true", help="write the executed notebook over the committed one")
+    parser.add_argument("--force-update", action="store_true",
+                        help=f"--update on a GPU other than the reference GPU ({results.REFERENCE_GPU})")
     args = parser.parse_args()
+    if args.force_update and not args.update:
+        parser.error("--force-update: only with --update")
     notebooks = chapter_notebooks(args.chapter)
     if device.MODE != device.GPU:
         raise SystemExit("make rerun needs a CUDA GPU and found none; without one, run `make test` "
@@ -65,6 +81,10 @@ def main() -> int:
 
     env = device.environment()
     mine, reference = env["gpu_slug"], results.REFERENCE_GPU
+    if args.update:
+        check_update(mine, args.force_update)
+    # papermill's kernel inherits this environment: it writes where the comparison below reads.
+    os.environ["BOOK_RESULTS"] = str(results.RESULTS)
     # The reference as committed, before this run appends (when this GPU is the reference GPU).
     before = reference_rows(reference)
     lab_run = {k: env.get(k) for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",

@@ -13,6 +13,7 @@ of warps stalled per issued instruction for the main stall reasons.
 """
 import csv
 import functools
+import io
 import os
 import subprocess
 import sys
@@ -58,8 +59,7 @@ def child(versions) -> None:
 
 
 def main(versions) -> int:
-    from kernels.harness import check, device
-    from kernels.harness.results import RESULTS
+    from kernels.harness import check, device, results
     from kernels.ssim import common
     ncu = check.cuda_tool("ncu", "its table of counters")
     if not ncu:
@@ -80,18 +80,18 @@ def main(versions) -> int:
             rows.append({"version": version, "metric": name, "value": value.replace(",", "")})
         print(f"{version}: " + ", ".join(f"{r['metric']}={r['value']}" for r in rows[-len(METRICS):][:6]))
     gpu = device.slug(device.environment()["gpu"])
-    path = RESULTS / gpu / "ssim_ncu.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = results.gpu_folder(gpu) / "ssim_ncu.csv"
     if path.exists():  # keep the rows of versions not profiled now, in VERSIONS order
         profiled = {r["version"] for r in rows}
         with path.open(newline="") as f:
             kept = [r for r in csv.DictReader(f) if r["version"] not in profiled]
         order = {v: i for i, v in enumerate(common.VERSIONS)}
         rows = sorted(kept + rows, key=lambda r: order.get(r["version"], len(order)))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["version", "metric", "value"])
-        writer.writeheader()
-        writer.writerows(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["version", "metric", "value"])
+    writer.writeheader()
+    writer.writerows(rows)
+    results.replace_file(path, buffer.getvalue())
     print(f"wrote {path}")
     return 0
 

@@ -48,3 +48,10 @@ def test_chapter_names_match_notebooks_by_prefix(chapter, stems):
 def test_unknown_chapter_lists_the_names():
     with pytest.raises(SystemExit, match="chapters: .*implicit_gemm"):
         rerun.chapter_notebooks("igemm")
+
+
+def test_update_is_refused_on_a_gpu_other_than_the_reference_unless_forced():
+    with pytest.raises(SystemExit, match=r"not the reference GPU .*--force-update \(make rerun UPDATE=1 FORCE=1\)"):
+        rerun.check_update("nvidia-h200", force=False)
+    rerun.check_update("nvidia-h200", force=True)          # told explicitly
+    rerun.check_update(results.REFERENCE_GPU, force=False)
