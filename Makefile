@@ -50,7 +50,7 @@ test: $(SETUP) book browser
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 gpu-test: $(SETUP)
-	$(PYTHON) -m pytest -q -ra -m gpu tests
+	GPU_VERDICTS=tests/gpu_verdicts.json $(PYTHON) -m pytest -q -ra -m gpu tests
 
 rerun: $(SETUP)
 	@test -n "$(CHAPTER)" || (echo "usage: make rerun CHAPTER=<name>, e.g. CHAPTER=machine" && exit 2)

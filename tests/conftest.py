@@ -1,7 +1,12 @@
 """Shared test set-up: the harness picks the mode (the simulator on a CPU) before numba.cuda loads."""
+import datetime
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import gpu_ledger
 from kernels.harness import device
 
 
@@ -9,6 +14,42 @@ def pytest_configure(config):
     if config.getoption("-m") == "gpu" and device.MODE != device.GPU:
         pytest.exit(f"the tests marked gpu need a CUDA GPU, and this machine has none ({device.REASON}); "
                     "`make test` runs everything else in the CUDA simulator", returncode=2)
+    if (path := os.environ.get("GPU_VERDICTS")) and device.MODE == device.GPU:    # set by `make gpu-test`
+        config.pluginmanager.register(GpuVerdicts(config, Path(path)), "gpu-verdicts")
+
+
+class GpuVerdicts:
+    """Writes the GPU verdict ledger (gpu_ledger.py) at the end of a run through the whole gpu suite."""
+
+    RANK = ("passed", "skipped", "failed")    # a test's outcome is the worst of its set-up, call and teardown
+
+    def __init__(self, config, path: Path):
+        self.path = path
+        self.outcomes = {}
+        tests = gpu_ledger.ROOT / "tests"
+        self.left_out = [a for a in config.args
+                         if not tests.is_relative_to(Path(config.invocation_params.dir, a).resolve())]
+
+    def pytest_deselected(self, items):
+        self.left_out += [item.nodeid for item in items if "gpu" in item.keywords]
+
+    def pytest_runtest_logreport(self, report):
+        if "gpu" in report.keywords:
+            seen = self.outcomes.get(report.nodeid, "passed")
+            self.outcomes[report.nodeid] = max(seen, report.outcome, key=self.RANK.index)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.left_out:
+            left_out = ", ".join(self.left_out[:3])
+            self.message = f"GPU verdicts not written to {self.path}: the run left out {left_out} ..."
+        elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            self.message = f"GPU verdicts not written to {self.path}: the run stopped ({exitstatus!r})"
+        else:
+            self.message = gpu_ledger.record(self.path, self.outcomes, device.properties()["name"],
+                                             datetime.date.today().isoformat())
+
+    def pytest_terminal_summary(self, terminalreporter):
+        terminalreporter.write_line(self.message)
 
 
 def pytest_collection_modifyitems(config, items):

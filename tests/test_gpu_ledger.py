@@ -1,0 +1,138 @@
+"""The CUDA C++ kernels passed on a GPU at their current bytes (tests/gpu_verdicts.json, gpu_ledger.py),
+and the ledger a GPU run writes says no more than the run showed."""
+import hashlib
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import gpu_ledger
+from conftest import GpuVerdicts
+from kernels.harness import device
+
+
+def test_every_cuda_cpp_source_passed_on_a_gpu_at_its_current_bytes():
+    """On a CPU these kernels are only compiled: a change to one needs a GPU run before it merges."""
+    current = gpu_ledger.sources()
+    assert current, f"no CUDA C++ source under {gpu_ledger.ROOT / 'kernels'}"
+    missing = gpu_ledger.unverified(gpu_ledger.load(), current)
+    listed = "".join(f"\n  {path}" for path in missing)
+    assert not missing, (f"{len(missing)} of {len(current)} CUDA C++ sources have no passing GPU verdict at their "
+                         f"current bytes:{listed}\nrun `make gpu-test` on a GPU and commit tests/gpu_verdicts.json")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A repository with two CUDA C++ sources and a Python kernel, and where its ledger goes."""
+    (tmp_path / "kernels" / "conv").mkdir(parents=True)
+    (tmp_path / "kernels" / "conv" / "s5.cu").write_bytes(b"__global__ void k() {}\n")
+    (tmp_path / "kernels" / "common.cuh").write_bytes(b"#pragma once\n")
+    (tmp_path / "kernels" / "v0.py").write_bytes(b"pass\n")
+    return tmp_path
+
+
+PASSED = {"t::a": "passed", "t::b": "passed"}
+
+
+def test_sources_are_the_cu_and_cuh_files_with_the_sha256_of_their_bytes(tree):
+    assert gpu_ledger.sources(tree) == {
+        "kernels/common.cuh": hashlib.sha256(b"#pragma once\n").hexdigest(),
+        "kernels/conv/s5.cu": hashlib.sha256(b"__global__ void k() {}\n").hexdigest()}
+
+
+def test_a_passing_run_verifies_every_source_and_a_changed_byte_undoes_it(tree):
+    ledger = tree / "verdicts.json"
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree)
+    assert gpu_ledger.unverified(gpu_ledger.load(ledger), gpu_ledger.sources(tree)) == []
+    (tree / "kernels" / "conv" / "s5.cu").write_bytes(b"__global__ void k() { /* bug */ }\n")
+    assert gpu_ledger.unverified(gpu_ledger.load(ledger), gpu_ledger.sources(tree)) == ["kernels/conv/s5.cu"]
+
+
+def test_a_pass_keeps_unchanged_entries_so_the_diff_shows_the_newly_verified(tree):
+    ledger = tree / "verdicts.json"
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree)
+    before = ledger.read_text().splitlines()
+    (tree / "kernels" / "conv" / "s5.cu").write_bytes(b"__global__ void k2() {}\n")
+    gpu_ledger.record(ledger, PASSED, "GPU B", "2025-02-02", tree)
+    after = ledger.read_text().splitlines()
+    changed = [line for line in after if line not in before]
+    assert len(changed) == 1 and '"kernels/conv/s5.cu"' in changed[0]
+    entries = gpu_ledger.load(ledger)
+    assert (entries["kernels/common.cuh"]["gpu"], entries["kernels/common.cuh"]["date"]) == ("GPU A", "2025-01-01")
+    assert (entries["kernels/conv/s5.cu"]["gpu"], entries["kernels/conv/s5.cu"]["date"]) == ("GPU B", "2025-02-02")
+
+
+def test_a_failing_run_fails_every_source_even_one_that_passed_at_the_same_bytes(tree):
+    ledger = tree / "verdicts.json"
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree)
+    gpu_ledger.record(ledger, PASSED | {"t::b": "failed"}, "GPU A", "2025-01-02", tree)
+    entries = gpu_ledger.load(ledger)
+    assert {e["verdict"] for e in entries.values()} == {"fail"}
+    assert gpu_ledger.unverified(entries, gpu_ledger.sources(tree)) == sorted(gpu_ledger.sources(tree))
+
+
+@pytest.mark.parametrize("outcomes", [{}, PASSED | {"t::b": "skipped"}])
+def test_a_run_that_checked_nothing_or_skipped_a_test_writes_nothing(tree, outcomes):
+    ledger = tree / "verdicts.json"
+    message = gpu_ledger.record(ledger, outcomes, "GPU A", "2025-01-01", tree)
+    assert not ledger.exists() and message.startswith("GPU verdicts not written")
+
+
+def test_a_removed_source_leaves_the_ledger(tree):
+    ledger = tree / "verdicts.json"
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree)
+    (tree / "kernels" / "common.cuh").unlink()
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-02", tree)
+    assert list(gpu_ledger.load(ledger)) == ["kernels/conv/s5.cu"]
+
+
+def test_the_ledger_is_sorted_json_one_source_a_line(tree):
+    entries = {"b.cu": {"verdict": "pass", "sha256": "2"}, "a.cuh": {"verdict": "fail", "sha256": "1"}}
+    text = gpu_ledger.dumps(entries)
+    assert json.loads(text) == entries and json.loads(gpu_ledger.dumps({})) == {}
+    assert [line.split(":")[0].strip() for line in text.splitlines()[1:-1]] == ['"a.cuh"', '"b.cu"']
+
+
+def _session(plugin, reports, deselected=(), exitstatus=pytest.ExitCode.OK):
+    """Feed a GpuVerdicts plugin what pytest would; return the line it prints in the summary."""
+    plugin.pytest_deselected([SimpleNamespace(nodeid=n, keywords={"gpu": 1}) for n in deselected])
+    for nodeid, outcome in reports:
+        plugin.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, keywords={"gpu": 1}, outcome=outcome))
+    plugin.pytest_sessionfinish(None, exitstatus)
+    return plugin.message
+
+
+@pytest.fixture
+def hook(tmp_path, monkeypatch):
+    """A GpuVerdicts plugin as `make gpu-test` registers it (tests/ from the root), on a pretend GPU."""
+    monkeypatch.setattr(device, "properties", lambda: {"name": "Pretend GPU"})
+
+    def make(args=("tests",)):
+        config = SimpleNamespace(args=list(args), invocation_params=SimpleNamespace(dir=gpu_ledger.ROOT))
+        return GpuVerdicts(config, tmp_path / "verdicts.json")
+    return make
+
+
+def test_the_hook_takes_a_test_s_worst_phase(hook):
+    plugin = hook()
+    _session(plugin, [("t::a", "passed"), ("t::a", "failed"), ("t::a", "passed"), ("t::b", "passed")],
+             exitstatus=pytest.ExitCode.TESTS_FAILED)
+    entries = gpu_ledger.load(plugin.path)
+    assert set(entries) == set(gpu_ledger.sources()) and {e["verdict"] for e in entries.values()} == {"fail"}
+
+
+def test_the_hook_records_a_pass_with_the_gpu_name(hook):
+    plugin = hook()
+    _session(plugin, [("t::a", "passed"), ("t::b", "passed")])
+    assert {(e["verdict"], e["gpu"]) for e in gpu_ledger.load(plugin.path).values()} == {("pass", "Pretend GPU")}
+
+
+@pytest.mark.parametrize("args, deselected, exitstatus", [
+    (["tests/test_conv.py"], (), pytest.ExitCode.OK),                   # one file of the suite
+    (["tests"], ("tests/test_conv.py::t",), pytest.ExitCode.OK),         # -k or --deselect
+    (["tests"], (), pytest.ExitCode.INTERRUPTED),                        # stopped before the end
+])
+def test_the_hook_writes_nothing_for_part_of_the_suite(hook, args, deselected, exitstatus):
+    plugin = hook(args)
+    line = _session(plugin, [("t::a", "passed")], deselected, exitstatus=exitstatus)
+    assert not plugin.path.exists() and line.startswith("GPU verdicts not written")
