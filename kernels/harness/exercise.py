@@ -17,11 +17,13 @@ notebook's ``{exercise}`` directive; a notebook cell (or a teacher grading files
     exercise.check("machine-ex-saxpy", launch)
 
     python -m kernels.harness.exercise check machine-ex-saxpy alice.py bob.py   # each defines launch
+
+The command grades each file in a process of its own (``submission.py``).
 """
 from __future__ import annotations
 
+import argparse
 import importlib
-import importlib.util
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import device
+from . import device, submission
 from .cuda_cpp import KERNELS
 from .check import compare, poison_value, to_host
 
@@ -476,26 +478,27 @@ def _global_pattern(got, want, diff, both, atol) -> str | None:
 
 # --- grading files from the command line --------------------------------------------------------
 
-def _load_launch(path: Path) -> Callable:
-    spec = importlib.util.spec_from_file_location(f"submission_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "launch", None)):
-        raise ValueError(f"{path}: defines no function `launch(out, *inputs)`")
-    return module.launch
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     parser = argparse.ArgumentParser(prog="python -m kernels.harness.exercise",
                                      description="List the auto-checked exercises, or grade submissions.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every registered exercise and its task")
-    grade = sub.add_parser("check", help="check files that each define launch(out, *inputs)")
+    grade = sub.add_parser("check", help="check files that each define launch(out, *inputs), each in a "
+                                         "process of its own")
     grade.add_argument("label")
     grade.add_argument("files", nargs="+", type=Path)
+    grade.add_argument("--timeout", type=_seconds, default=submission.TIMEOUT,
+                       help="seconds a file may run before it is stopped (default %(default)g)")
     args = parser.parse_args(argv)
     if args.command == "list":
         for ex in all_exercises():
@@ -505,18 +508,15 @@ def main(argv: list[str] | None = None) -> int:
         ex = get(args.label)
     except KeyError as exc:
         parser.error(exc.args[0])
-    failed = 0
+    verdicts = []
     for path in args.files:
-        print(f"== {path}")
-        try:
-            report = ex.check(_load_launch(path))
-        except Exception as exc:  # noqa: BLE001 -- a broken submission is reported, the others still graded
-            print(f"FAIL  {ex.label}: the file does not load ({type(exc).__name__}: {exc})")
-            failed += 1
-            continue
-        print(report)
-        failed += not report.ok
-    print(f"{len(args.files) - failed} passed, {failed} failed")
+        print(f"== {path}", flush=True)
+        verdicts.append(submission.grade(ex.label, path, args.timeout))
+        print(verdicts[-1], flush=True)
+    failed = sum(not v.ok for v in verdicts)
+    print()
+    print(submission.table(verdicts))
+    print(f"{len(verdicts) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 
