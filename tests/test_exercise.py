@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from kernels.harness import device, exercise
+from numba import cuda  # after the harness: it picks the simulator
 
 EXERCISES = exercise.all_exercises()
 WRONG = [(ex.label, name) for ex in EXERCISES for name in ex.wrong]
@@ -55,6 +56,80 @@ def test_solutions_pass_and_wrong_kernels_fail_on_the_gpu(rng):
             assert not report.ok and words in str(report), f"{ex.label} / {name}: {report}"
 
 
+# --- only a kernel may write the output ----------------------------------------------------------
+
+@cuda.jit
+def saxpy(out, x, y, a):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+@cuda.jit
+def does_nothing(out):
+    pass
+
+
+def test_an_answer_computed_by_host_code_fails(capsys):
+    """The right numbers, from NumPy (CuPy on a GPU) instead of a kernel: the notebook's check fails it."""
+    entry, name = exercise._launch_entry()
+    launch_kernel = getattr(entry, name)
+    report = exercise.check("machine-ex-saxpy", lambda out, x, y, a: out.__setitem__(Ellipsis, a * x + y))
+    assert not report.ok and "no kernel ran: the output was written by host code" in capsys.readouterr().out
+    assert getattr(entry, name) is launch_kernel, "the check left Numba's kernel launch wrapped"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kernel_launched_beside_a_host_written_answer_fails(when, rng):
+    def launch(out, x, y, a):
+        if when == "after":
+            does_nothing[1, 1](out)
+        out[...] = a * x + y
+        if when == "before":
+            does_nothing[1, 1](out)
+    report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
+    assert not report.ok and "written by host code outside the kernel launches" in str(report), str(report)
+
+
+def test_host_code_fixing_up_a_kernel_s_output_fails(rng):
+    def launch(out, x, y, a):
+        saxpy[(out.size + 31) // 32, 32](out, x, y, a)
+        out[-1:] = 0 * out[-1:]
+    report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
+    assert not report.ok and "written by host code outside the kernel launches" in str(report), str(report)
+
+
+def test_a_launch_that_launches_nothing_fails(rng):
+    report = exercise.get("machine-ex-saxpy").check(lambda out, x, y, a: None, rng=rng)
+    assert "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written" in str(report)
+
+
+def test_a_device_function_called_from_host_code_is_not_a_kernel(rng):
+    """The simulator runs a device function on the host; on a GPU host code cannot call one at all."""
+    @cuda.jit(device=True)
+    def fill(out, x, y, a):
+        out[...] = a * x + y
+    if device.on_gpu():
+        pytest.skip("a GPU refuses the call before the checker sees it")
+    report = exercise.get("machine-ex-saxpy").check(fill, rng=rng)
+    assert "no kernel ran: the output was written by host code" in str(report), str(report)
+
+
+def test_a_kernel_calling_a_device_function_passes(rng):
+    @cuda.jit(device=True)
+    def one(x, y, a):
+        return a * x + y
+
+    @cuda.jit
+    def saxpy_via_device_function(out, x, y, a):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = one(x[i], y[i], a)
+    report = exercise.get("machine-ex-saxpy").check(
+        lambda out, x, y, a: saxpy_via_device_function[(out.size + 31) // 32, 32](out, x, y, a), rng=rng)
+    assert report.ok, str(report)
+
+
 # --- the checker on small host-side launches (no kernel needed to reach each diagnosis) ---------
 
 def copy_inputs(rng, n):
@@ -66,8 +141,9 @@ def identity(x):
 
 
 def run(launch, sizes=(37,), make_inputs=copy_inputs, reference=identity, **kw):
+    """Check a host-side launch: it stands in for a kernel's mistake, so host writes to `out` are let through."""
     kw.setdefault("atol", 1e-6)
-    return exercise.check_kernel(launch, reference, make_inputs, sizes=sizes, name="copy", **kw)
+    return exercise.check_kernel(launch, reference, make_inputs, sizes=sizes, name="copy", device_only=False, **kw)
 
 
 def host(x):
@@ -132,9 +208,14 @@ def test_unwritten_elements_are_told_from_computed_nan(rng):
     assert "never written" not in text and "7 elements are NaN or Inf" in text
 
 
-def test_a_wrong_shape_is_named(rng):
-    report = run(lambda out, x: host(np.zeros((37, 1))), rng=rng)
-    assert "the output has shape (37, 1), expected (37,)" in str(report)
+def test_returning_an_array_instead_of_filling_out_fails(rng):
+    report = run(lambda out, x: host(x.copy()), rng=rng)
+    assert not report.ok and "`launch` returned an array instead of filling `out`" in str(report)
+
+    def fill_and_return(out, x):
+        host(out)[:] = x
+        return out
+    assert run(fill_and_return, rng=rng).ok
 
 
 def test_exceptions_are_explained(rng):
@@ -278,5 +359,5 @@ def test_an_overrun_that_writes_nan_is_caught(rng):
         out.base[out.size + 3] = np.nan  # what such a thread does (the simulator would stop it first)
 
     report = exercise.check_kernel(launch, lambda x: x, lambda r, size: (r.random(size, dtype=np.float32),),
-                                   sizes=(37,), atol=0, rng=rng)
+                                   sizes=(37,), atol=0, rng=rng, device_only=False)
     assert not report.ok and "outside an array" in str(report), str(report)

@@ -1,13 +1,14 @@
 """Auto-checked exercises: run a student's kernel against the float64 reference and say, in plain
 words, what is wrong.
 
-The student writes ``launch(out, *inputs)``: it launches their kernel so that it fills ``out``.
-The checker runs it on fresh random inputs of several sizes (odd ones, not multiples of a tile), in
-the simulator on a CPU and on the GPU when there is one. Every output is poisoned first and every
-array sits in a larger buffer whose tail is poisoned too, so that a forgotten element, a write past
-the end and a read past the end all show. A failure is explained: unwritten elements and where
-they are (the tail, the borders, a repeating pattern), NaN, an offset or a factor, a transpose or
-a shift, an index outside an array, a kernel that does not compile.
+The student writes ``launch(out, *inputs)``: it launches their kernel (``@cuda.jit``) so that it
+fills ``out``. The checker runs it on fresh random inputs of several sizes (odd ones, not multiples
+of a tile), in the simulator on a CPU and on the GPU when there is one. Every output is poisoned
+first and every array sits in a larger buffer whose tail is poisoned too, so that a forgotten
+element, a write past the end and a read past the end all show. A failure is explained: unwritten
+elements and where they are (the tail, the borders, a repeating pattern), NaN, an offset or a
+factor, a transpose or a shift, an index outside an array, a kernel that does not compile, an
+output written by host code rather than by a kernel.
 
 A chapter registers its exercises in ``kernels/<chapter>/exercises.py`` under the label of the
 notebook's ``{exercise}`` directive; a notebook cell (or a teacher grading files) then runs::
@@ -16,19 +17,22 @@ notebook's ``{exercise}`` directive; a notebook cell (or a teacher grading files
     exercise.check("machine-ex-saxpy", launch)
 
     python -m kernels.harness.exercise check machine-ex-saxpy alice.py bob.py   # each defines launch
+
+The command grades each file in a process of its own (``submission.py``).
 """
 from __future__ import annotations
 
+import argparse
 import importlib
-import importlib.util
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import device
+from . import device, submission
 from .cuda_cpp import KERNELS
 from .check import compare, poison_value, to_host
 
@@ -116,11 +120,13 @@ def check(exercise: str | Exercise, launch: Callable) -> Report:
 
 def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *, sizes, atol: float,
                  rtol: float | None = None, out_dtype=np.float32, name: str = "kernel",
-                 rng: np.random.Generator | None = None) -> Report:
+                 rng: np.random.Generator | None = None, device_only: bool = True) -> Report:
     """Run ``launch(out, *inputs)`` at every size and compare ``out`` with ``reference(*inputs)``.
 
     Stops at the first size that fails and explains that failure. The verdict lines name the sizes
     and tolerances but no measured error, so they read the same on a GPU and in the simulator.
+    ``device_only=False`` lets host code fill ``out``: for the checker's own tests, whose host-side
+    launches stand in for a kernel's mistakes.
     """
     rng = rng or np.random.default_rng()
     bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
@@ -128,7 +134,7 @@ def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *
     for size in sizes:
         inputs = tuple(make_inputs(rng, size))
         want = np.asarray(reference(*inputs), dtype=np.float64)
-        problems = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol)
+        problems = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only)
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
             lines += [f"  - {p}" for p in problems]
@@ -168,8 +174,80 @@ def _synchronize():
         cupy.cuda.Device().synchronize()
 
 
-def _launch_once(launch, inputs, want_shape, out_dtype, fill):
-    """Run the student's launch on guarded copies; returns (got, out_buf, in_bufs, error)."""
+# A launch must fill `out` with a kernel: one that computes the answer with NumPy (or copies it into the
+# CuPy array on a GPU) would otherwise pass. While `launch` runs, every Numba kernel launch is wrapped:
+# a snapshot of `out`'s whole buffer is taken as each launch ends, and compared with the buffer as the
+# next launch starts and as `launch` returns. A difference there was written by something other than a
+# kernel. Comparing snapshots, rather than trying to forbid host writes, works the same for NumPy,
+# CuPy and Numba arrays and for every way of writing (slicing, np.copyto, .set(), copy_to_device).
+# Kernels launched outside Numba (a CuPy RawKernel) are not seen: the exercises ask for @cuda.jit ones.
+
+def _launch_entry():
+    """The class and method that every Numba kernel launch goes through in this mode."""
+    if device.on_gpu():
+        from numba.cuda.dispatcher import _LaunchConfiguration  # kernel[grid, block] returns one
+        return _LaunchConfiguration, "__call__"
+    from numba.cuda.simulator.kernel import FakeCUDAKernel  # also runs device functions: skipped below
+    return FakeCUDAKernel, "__call__"
+
+
+class _KernelWrites:
+    """Whether anything but a Numba kernel launch wrote ``buf`` while ``watching()`` (see above)."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.launches = 0
+        self.host_wrote = False
+        self._depth = 0
+        self._seen = self._snapshot()
+
+    def _snapshot(self) -> np.ndarray:
+        _synchronize()
+        return np.array(to_host(self.buf)).view(np.uint8)  # bytes: NaN equals NaN
+
+    def _check_unchanged(self):
+        self.host_wrote |= not np.array_equal(self._snapshot(), self._seen)
+
+    def _wrap(self, call):
+        def launch_kernel(kernel, *args, **kwargs):
+            # A device function (the simulator routes those through here too) or a call made while a
+            # kernel runs is part of that kernel.
+            if self._depth or getattr(kernel, "_device", False):
+                return call(kernel, *args, **kwargs)
+            self._check_unchanged()
+            self._depth += 1
+            try:
+                return call(kernel, *args, **kwargs)
+            finally:
+                self._depth -= 1
+                self.launches += 1
+                self._seen = self._snapshot()
+        return launch_kernel
+
+    @contextmanager
+    def watching(self):
+        cls, name = _launch_entry()
+        call = getattr(cls, name)
+        setattr(cls, name, self._wrap(call))
+        try:
+            yield self
+        finally:
+            setattr(cls, name, call)
+        self._check_unchanged()
+
+    def problem(self) -> str | None:
+        if self.launches == 0:
+            return ("no kernel ran: the output was written by host code" if self.host_wrote else
+                    "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written")
+        if self.host_wrote:
+            return ("the output was written by host code outside the kernel launches (before, between "
+                    "or after them): only a kernel may write `out`")
+        return None
+
+
+def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only):
+    """Run the student's launch on guarded copies; returns (out, out_buf, in_bufs, problem), where
+    ``problem`` is a sentence for an exception or for an output that no kernel wrote."""
     args, in_bufs = [], []
     for x in inputs:
         if isinstance(x, np.ndarray):
@@ -181,19 +259,23 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill):
     # The output's guard holds the finite sentinel, not NaN: an overrun that reads the inputs' NaN
     # guards writes NaN, which a NaN guard would hide (it did, on the GPU).
     out, out_buf = _guarded(None, want_shape, out_dtype, fill, guard=_sentinel_value(out_dtype))
+    writes = _KernelWrites(out_buf)
     try:
-        returned = launch(out, *args)
-        _synchronize()
+        with writes.watching():
+            returned = launch(out, *args)
     except Exception as exc:  # noqa: BLE001 -- whatever the student's code raises is explained, not re-raised
-        return None, out_buf, in_bufs, exc
-    got = returned if returned is not None and hasattr(returned, "shape") else out
-    return got, out_buf, in_bufs, None
+        return out, out_buf, in_bufs, explain_exception(exc)
+    if hasattr(returned, "shape") and returned is not out:
+        return out, out_buf, in_bufs, ("`launch` returned an array instead of filling `out`: the checker "
+                                       "grades `out`, which a kernel must write")
+    return out, out_buf, in_bufs, writes.problem() if device_only else None
 
 
-def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
-    got, out_buf, in_bufs, error = _launch_once(launch, inputs, want.shape, out_dtype, poison_value(out_dtype))
-    if error is not None:
-        return [explain_exception(error)]
+def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only) -> list[str]:
+    got, out_buf, in_bufs, problem = _launch_once(launch, inputs, want.shape, out_dtype, poison_value(out_dtype),
+                                                  device_only)
+    if problem is not None:
+        return [problem]
     problems = []
     n = want.size
     tail = to_host(out_buf)[n:]
@@ -213,16 +295,15 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol) -> list[str]:
                             f"of its input argument {pos + 1} (which has {host.size}): a missing or wrong "
                             "bounds check or a wrong index; on a GPU such writes land in whatever memory follows")
     got_host = to_host(got)
-    if got_host.shape != want.shape:
-        return problems + [f"the output has shape {got_host.shape}, expected {want.shape}"]
     result = compare(got_host, want, atol=atol, rtol=rtol)
     if result.ok:
         return problems
     unwritten = None
     if result.n_nonfinite:
         # Run again with a finite second poison: what still holds it was never written at all.
-        again, _, _, error = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype))
-        if error is None:
+        again, _, _, problem = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype),
+                                            device_only)
+        if problem is None:
             unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
     return problems + (explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten)
@@ -397,26 +478,27 @@ def _global_pattern(got, want, diff, both, atol) -> str | None:
 
 # --- grading files from the command line --------------------------------------------------------
 
-def _load_launch(path: Path) -> Callable:
-    spec = importlib.util.spec_from_file_location(f"submission_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "launch", None)):
-        raise ValueError(f"{path}: defines no function `launch(out, *inputs)`")
-    return module.launch
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     parser = argparse.ArgumentParser(prog="python -m kernels.harness.exercise",
                                      description="List the auto-checked exercises, or grade submissions.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every registered exercise and its task")
-    grade = sub.add_parser("check", help="check files that each define launch(out, *inputs)")
+    grade = sub.add_parser("check", help="check files that each define launch(out, *inputs), each in a "
+                                         "process of its own")
     grade.add_argument("label")
     grade.add_argument("files", nargs="+", type=Path)
+    grade.add_argument("--timeout", type=_seconds, default=submission.TIMEOUT,
+                       help="seconds a file may run before it is stopped (default %(default)g)")
     args = parser.parse_args(argv)
     if args.command == "list":
         for ex in all_exercises():
@@ -426,18 +508,15 @@ def main(argv: list[str] | None = None) -> int:
         ex = get(args.label)
     except KeyError as exc:
         parser.error(exc.args[0])
-    failed = 0
+    verdicts = []
     for path in args.files:
-        print(f"== {path}")
-        try:
-            report = ex.check(_load_launch(path))
-        except Exception as exc:  # noqa: BLE001 -- a broken submission is reported, the others still graded
-            print(f"FAIL  {ex.label}: the file does not load ({type(exc).__name__}: {exc})")
-            failed += 1
-            continue
-        print(report)
-        failed += not report.ok
-    print(f"{len(args.files) - failed} passed, {failed} failed")
+        print(f"== {path}", flush=True)
+        verdicts.append(submission.grade(ex.label, path, args.timeout))
+        print(verdicts[-1], flush=True)
+    failed = sum(not v.ok for v in verdicts)
+    print()
+    print(submission.table(verdicts))
+    print(f"{len(verdicts) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 
