@@ -15,13 +15,13 @@ FORCE ?= 0
 
 CHAPTERS = $(shell ls notebooks/*.ipynb | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
 
-.PHONY: help book test gpu-test rerun rerun-all clean browser book-check
+.PHONY: help book test gpu-test rerun rerun-all clean book-check
 
 help:
 	@echo "make book                 build the HTML book from the notebooks' stored outputs"
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
 	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
-	@echo "make book-check           the built book in headless Chromium (installs Debian's chromium if missing)"
+	@echo "make book-check           the built book in headless Chromium (needs chromium: .ci/run installs it in CI)"
 	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook;"
 	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1)"
 	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
@@ -37,15 +37,16 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # the Colab launch buttons and the repository link, through build/_config.yml (book/teachers.md).
 BOOK_REPOSITORY_URL ?=
 BOOK_CONFIG := $(if $(BOOK_REPOSITORY_URL),--config build/_config.yml,)
+MATHJAX_JS := build/mathjax/package/es5/tex-mml-chtml.js
 
-book: $(SETUP)
+book: $(SETUP) $(MATHJAX_JS)
 	rm -rf _build
 	$(PYTHON) scripts/results_page.py
 	$(if $(BOOK_REPOSITORY_URL),$(PYTHON) scripts/book_config.py "$(BOOK_REPOSITORY_URL)" build/_config.yml,)
 	$(PYTHON) -c "from jupyter_book.cli.main import main; main()" build . $(BOOK_CONFIG) --warningiserror --nitpick --keep-going --quiet
 	@echo "The book is at $(CURDIR)/$(BOOK_HTML)/index.html"
 
-test: $(SETUP) book browser
+test: $(SETUP) book
 	NUMBA_ENABLE_CUDASIM=1 BOOK_REQUIRE_HTML=1 BOOK_REQUIRE_BROWSER=$(if $(CI),1,) $(PYTHON) -m pytest -q -ra tests notebooks \
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
@@ -62,19 +63,14 @@ rerun-all: $(SETUP)
 clean:
 	rm -rf _build build book/_generated
 
-# The browser check (tests/test_browser.py, part of `make test`; in CI it must run): Debian's Chromium,
-# and the MathJax release the pages load from a CDN, unpacked from npm so math renders offline.
-MATHJAX_JS := build/mathjax/package/es5/tex-mml-chtml.js
-
+# The MathJax release the pages load from the book itself (book/_ext/book_fixes.py copies what they
+# need into _static), so math renders offline. npm fetches it: a prerequisite of `make book`.
 $(MATHJAX_JS):
+	@command -v npm >/dev/null 2>&1 || { echo "make book needs npm, to fetch MathJax (Debian: apt-get install npm)"; exit 1; }
 	mkdir -p build/mathjax
 	cd build/mathjax && npm pack --silent mathjax@3.2.2 >/dev/null && tar xzf mathjax-3.2.2.tgz
 
-browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-	  echo "no Chromium, and it cannot be installed here: the browser check will be skipped"
-	@$(MAKE) --no-print-directory $(MATHJAX_JS) || echo "no npm: the browser check will be skipped"
-
-book-check: $(SETUP) book browser
+# The browser check alone (tests/test_browser.py, also part of `make test`, which skips it without
+# Chromium unless CI is set; .ci/run installs Chromium).
+book-check: $(SETUP) book
 	BOOK_REQUIRE_BROWSER=1 $(PYTHON) -m pytest -q -ra tests/test_browser.py

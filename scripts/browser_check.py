@@ -3,14 +3,14 @@
     python scripts/browser_check.py [_build/html]     # prints one line per page, exit 1 on problems
 
 Per page: console errors and uncaught exceptions, failed requests, broken images, links within the
-book to missing pages or anchors, and math that MathJax did not render; a screenshot of each page
-goes to _build/screenshots/. Chromium is driven through the DevTools protocol over a pipe
+book to missing pages or anchors, and math that MathJax did not render (a .math element without
+MathJax's output, or TeX delimiters left as text); a screenshot of each page goes to
+_build/screenshots/. Chromium is driven through the DevTools protocol over a pipe
 (--remote-debugging-pipe), so no driver or extra Python package is needed.
 
-The pages load MathJax from a CDN, and the test machines have no internet. Requests for that URL
-are answered from a local copy of the same MathJax release (npm's ``mathjax@3.2.2``, unpacked by
-``make book-check`` into build/mathjax/); every other request leaving 127.0.0.1 is refused and
-reported, so a page that needs the network for anything else fails.
+The network is blocked, as for a reader offline: the book is served from 127.0.0.1, Chromium resolves
+no other host name, and every request leaving 127.0.0.1 is refused and reported, so a page that needs
+the network for anything (MathJax from a CDN included) fails.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import base64
 import functools
 import http.server
 import json
-import mimetypes
 import os
 import re
 import select
@@ -33,21 +32,32 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-MATHJAX_CDN = "https://cdn.jsdelivr.net/npm/mathjax@3/"
-MATHJAX_LOCAL = Path(os.environ.get("BOOK_MATHJAX_DIR", ROOT / "build" / "mathjax" / "package"))
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+FLAGS = ["--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # offline, but for the book's server
+         "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--hide-scrollbars", "--remote-debugging-pipe",
          # keep rendering frames for the one tab even though no window is ever shown
          "--disable-renderer-backgrounding", "--disable-backgrounding-occluded-windows",
          "--disable-background-timer-throttling"]
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="\d+; url=([^"]+)"', re.IGNORECASE)
-PAGE_STATE = """(async () => {
+PAGE_STATE = r"""(async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const math = [...document.querySelectorAll('.math')];
   return {
     math: math.length,
     unrendered: math.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 60)),
+    // TeX delimiters \( and \[ left in the text a reader sees (outside the tags MathJax skips)
+    rawTex: (() => {
+      const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {acceptNode: n =>
+        n.parentElement.closest('script, noscript, style, textarea, pre, code, mjx-container')
+          ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+      const raw = [];
+      while (walker.nextNode()) {
+        const text = walker.currentNode.textContent;
+        if (/\\[(\[]/.test(text)) raw.push(text.trim().slice(0, 60));
+      }
+      return raw;
+    })(),
     mathErrors: window.MathJax && MathJax.startup && MathJax.startup.document
       ? [...MathJax.startup.document.math].filter(m => m.typesetRoot && m.typesetRoot.querySelector('mjx-merror'))
           .map(m => `${m.typesetRoot.querySelector('mjx-merror').getAttribute('data-mjx-error')} in ${JSON.stringify(m.math.slice(0, 80))}`)
@@ -208,29 +218,19 @@ def check_link(href: str, base: str, html: Path, cache: dict) -> str | None:
 
 def run(html: Path, screenshots: Path, executable: str, only: list[str] | None = None) -> list[PageReport]:
     """Check every page (or those in ``only``); returns one report per page."""
-    if not (MATHJAX_LOCAL / "es5" / "tex-mml-chtml.js").exists():
-        raise FileNotFoundError(f"no local MathJax at {MATHJAX_LOCAL} (make book-check unpacks npm's mathjax@3.2.2 there)")
     screenshots.mkdir(parents=True, exist_ok=True)
     server, base = serve(html)
     browser = Browser(executable)
     external: list[str] = []
 
     def answer_requests(msg: dict) -> bool:
-        """Fetch.requestPaused: serve MathJax locally, let the book's own server through, refuse the rest."""
+        """Fetch.requestPaused: let the book's own server through, refuse the rest."""
         if msg.get("method") != "Fetch.requestPaused":
             return False
         p = msg["params"]
         url = p["request"]["url"]
         if url.startswith(base):
             browser.call("Fetch.continueRequest", {"requestId": p["requestId"]}, session=True)
-        elif url.startswith(MATHJAX_CDN) and (MATHJAX_LOCAL / urlparse(url).path.split("mathjax@3/", 1)[1]).is_file():
-            local = MATHJAX_LOCAL / urlparse(url).path.split("mathjax@3/", 1)[1]
-            mime = mimetypes.guess_type(local.name)[0] or "application/octet-stream"
-            browser.call("Fetch.fulfillRequest", {
-                "requestId": p["requestId"], "responseCode": 200,
-                "responseHeaders": [{"name": "Content-Type", "value": mime},
-                                    {"name": "Access-Control-Allow-Origin", "value": "*"}],
-                "body": base64.b64encode(local.read_bytes()).decode()}, session=True)
         else:
             external.append(url)
             browser.call("Fetch.failRequest", {"requestId": p["requestId"], "errorReason": "BlockedByClient"},
@@ -268,6 +268,7 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
             value = state["result"]["value"]
             report.math = value["math"]
             report.problems += [f"math not rendered: {t!r}" for t in value["unrendered"]]
+            report.problems += [f"raw TeX on the page: {t!r}" for t in value["rawTex"]]
             report.problems += [f"MathJax error (bad TeX): {e}" for e in value["mathErrors"]]
             report.problems += [f"broken image {src}" for src in value["brokenImages"]]
             for href in sorted(set(value["links"])):
@@ -310,7 +311,7 @@ def main() -> int:
     html = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "_build" / "html"
     executable = find_chromium()
     if executable is None:
-        print("no Chromium found: `apt-get install chromium` (make book-check does it)")
+        print("no Chromium found: `apt-get install chromium` (.ci/run does it in CI)")
         return 2
     reports = run(html, html.parent / "screenshots", executable)
     for r in reports:

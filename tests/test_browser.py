@@ -1,7 +1,10 @@
-"""The rendered book in a real browser: headless Chromium opens every page of _build/html and finds
-no console errors, failed requests, broken images, broken links within the book or unrendered math.
-Screenshots of every page are kept in _build/screenshots/ (scripts/browser_check.py does the work)."""
+"""The rendered book in a real browser: headless Chromium opens every page of _build/html, with the
+network blocked, and finds no console errors, failed requests, broken images, broken links within the
+book or unrendered math. Screenshots of every page are kept in _build/screenshots/
+(scripts/browser_check.py does the work). Without Chromium these tests are skipped, unless
+BOOK_REQUIRE_BROWSER is set (`make test` sets it where CI is set; .ci/run installs Chromium)."""
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -10,25 +13,40 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import book_fixes  # noqa: E402
 import browser_check  # noqa: E402
 
+CHROMIUM = browser_check.find_chromium()
+if CHROMIUM is None and not os.environ.get("BOOK_REQUIRE_BROWSER"):  # one line in the test summary
+    pytest.skip("no Chromium: the browser check is skipped (.ci/run installs it in CI)", allow_module_level=True)
 PAGES = browser_check.pages(HTML) if HTML.exists() else []
+MATH = '<span class="math notranslate nohighlight">\\(a^2 + b^2\\)</span>'
+
+
+def unavailable(why):
+    if os.environ.get("BOOK_REQUIRE_BROWSER"):
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
-def reports():
-    def unavailable(why):
-        if os.environ.get("BOOK_REQUIRE_BROWSER"):
-            pytest.fail(why)
-        pytest.skip(why)
+def chromium():
+    if CHROMIUM is None:
+        pytest.fail("no Chromium, and BOOK_REQUIRE_BROWSER is set: .ci/run installs it")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def book():
     if not (HTML / "index.html").exists():
         unavailable("the book is not built (make book)")
-    executable = browser_check.find_chromium()
-    if executable is None:
-        unavailable("no Chromium: make book-check installs Debian's package")
-    if not (browser_check.MATHJAX_LOCAL / "es5" / "tex-mml-chtml.js").exists():
-        unavailable(f"no local MathJax at {browser_check.MATHJAX_LOCAL}: make book-check unpacks it")
-    return {r.page: r for r in browser_check.run(HTML, ROOT / "_build" / "screenshots", executable)}
+    return HTML
+
+
+@pytest.fixture(scope="module")
+def reports(book, chromium):
+    return {r.page: r for r in browser_check.run(book, ROOT / "_build" / "screenshots", chromium)}
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -42,6 +60,41 @@ def test_chapters_have_screenshots_and_rendered_math(reports):
     for r in chapters:
         assert r.screenshot and r.screenshot.stat().st_size > 10_000, f"{r.page}: no real screenshot"
     assert sum(r.math for r in reports.values()) > 0, "no page has math: the math check proves nothing"
+
+
+def test_pages_load_mathjax_from_the_book(book):
+    with_math = [p for p in PAGES if 'class="math' in (book / p).read_text()]
+    assert with_math, "no page has math"
+    for page in with_math:
+        scripts = re.findall(r'<script[^>]+src="([^"]*mathjax[^"]*)"', (book / page).read_text(), re.IGNORECASE)
+        assert scripts, f"{page}: no MathJax script"
+        for src in scripts:
+            local = (book / page).parent.joinpath(src.split("?")[0]).resolve()
+            assert local.is_file(), f"{page}: {src} not in the book"
+
+
+def page_with_math(root: Path, mathjax_src: str) -> str:
+    (root / "math.html").write_text(f'<html><head><script async src="{mathjax_src}"></script></head>'
+                                    f'<body><p>{MATH}</p></body></html>')
+    return "math.html"
+
+
+def test_math_renders_offline_from_the_book_static(tmp_path, chromium):
+    try:
+        book_fixes.copy_mathjax(tmp_path / "_static")
+    except FileNotFoundError as err:
+        unavailable(str(err))
+    page = page_with_math(tmp_path, "_static/" + book_fixes.MATHJAX_PATH)
+    report, = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
+    assert report.math == 1 and not report.problems, report.problems
+
+
+def test_math_from_a_cdn_fails_offline(tmp_path, chromium):
+    page = page_with_math(tmp_path, "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js")
+    report, = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
+    problems = "\n".join(report.problems)
+    assert "math not rendered" in problems and "raw TeX on the page" in problems
+    assert "needs the network: https://cdn.jsdelivr.net/" in problems
 
 
 def test_link_check_finds_missing_pages_and_anchors(tmp_path):

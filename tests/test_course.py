@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -138,18 +139,72 @@ def test_missing_names_the_pinned_requirement(monkeypatch):
     assert colab.pins()["cupy-cuda12x"] in colab.missing()
 
 
-def test_setup_installs_only_what_is_missing(monkeypatch, capsys):
+@pytest.fixture
+def runtime(monkeypatch):
+    """Every package of colab.NEEDED missing, pip intercepted: its command and constraints are recorded.
+    Returns a function that makes this runtime Colab's (or not) and the list of recorded pip calls."""
     calls = []
-    monkeypatch.setattr(colab.subprocess, "check_call", lambda cmd: calls.append(cmd))
-    monkeypatch.setattr(colab, "missing", lambda: [])
-    assert colab.setup() == device.MODE and calls == []
-    assert "nothing to install" in capsys.readouterr().out
-    monkeypatch.setattr(colab, "missing", lambda: ["cupy-cuda12x==14.2.0"])
+
+    def pip(cmd):
+        constraints = Path(cmd[cmd.index("-c") + 1]).read_text().split() if "-c" in cmd else []
+        calls.append((cmd, constraints))
+
+    monkeypatch.setattr(colab.subprocess, "check_call", pip)
+    monkeypatch.setattr(colab, "_installed", lambda module: False)
+
+    def on(colab_runtime: bool):
+        monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+        if colab_runtime:
+            monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20260101-060000_RC00")
+        return calls
+    return on
+
+
+def test_on_colab_by_its_environment_or_its_module(runtime, monkeypatch):
+    runtime(False)
+    assert not colab.on_colab()
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    assert colab.on_colab()
+    runtime(True)
+    assert colab.on_colab()
+
+
+def test_setup_installs_nothing_off_colab(runtime, capsys):
+    calls = runtime(False)
+    assert colab.setup() == device.MODE
+    out = capsys.readouterr().out
+    assert calls == [] and out.count("\n") == 1 and out.startswith("Set-up: a local checkout; missing ")
+    assert all(colab.pins()[name] in out for name in colab.NEEDED.values())
+
+
+def test_setup_on_colab_installs_the_pins_into_this_interpreter(runtime, capsys):
+    calls = runtime(True)
+    assert colab.setup() == device.MODE
+    (cmd, constraints), = calls
+    assert cmd[:4] == [sys.executable, "-m", "pip", "install"]
+    specs = cmd[cmd.index("-c") + 2:]
+    requirements = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    assert specs and all("==" in spec and spec in requirements for spec in specs)
+    assert {spec.split("[")[0].split("==")[0] for spec in specs} == set(colab.NEEDED.values())
+    # every dependency requirements.txt pins is held to its pin (constraints take no extras)
+    pinned = {spec.split("[")[0].split("==")[0]: spec.split("==")[1] for spec in requirements if spec}
+    assert sorted(constraints) == sorted(f"{name}=={version}" for name, version in pinned.items())
+    assert f"Set-up: Colab; installed {', '.join(specs)}; mode {device.MODE}." in capsys.readouterr().out
+
+
+def test_setup_on_colab_asks_for_a_restart_when_numpy_changed(runtime, monkeypatch, capsys):
+    runtime(True)
+    monkeypatch.setattr(colab.importlib.metadata, "version", lambda name: "0.0.1")  # pip put another NumPy on disk
     colab.setup()
-    assert calls == [[sys.executable, "-m", "pip", "install", "-q", "cupy-cuda12x==14.2.0"]]
-    assert "installed cupy-cuda12x==14.2.0" in capsys.readouterr().out
-    colab.setup(install=False)
-    assert len(calls) == 1 and "missing cupy-cuda12x==14.2.0" in capsys.readouterr().out
+    assert "NumPy was already loaded: restart the runtime" in capsys.readouterr().out
+
+
+def test_setup_on_colab_with_everything_installed(runtime, monkeypatch, capsys):
+    calls = runtime(True)
+    monkeypatch.setattr(colab, "missing", lambda: [])
+    colab.setup()
+    assert calls == [] and "Set-up: Colab; nothing to install" in capsys.readouterr().out
 
 
 # --- the course pages ------------------------------------------------------------------------------------

@@ -3,7 +3,17 @@
 sphinx-thebe 0.3.1 and sphinx-togglebutton add their inline scripts both to the HTML builder and to
 Sphinx's registry; with Sphinx 7.4 each page gets them twice, and the second copy of thebe's
 redeclares a `const`: a SyntaxError in every reader's console. Identical scripts are dropped here.
+
+MathJax is served from the book itself, not from a CDN, so a reader offline sees math and not raw
+LaTeX: the pages load ``_static/mathjax/tex-mml-chtml.js``, copied with its fonts and the TeX
+extensions it loads on demand from the release ``make book`` unpacks from npm (mathjax@3.2.2).
 """
+import shutil
+from pathlib import Path
+
+MATHJAX = Path(__file__).resolve().parents[2] / "build" / "mathjax" / "package" / "es5"
+MATHJAX_FILES = ("tex-mml-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions")
+MATHJAX_PATH = "mathjax/tex-mml-chtml.js"  # relative to _static
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -17,6 +27,30 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
     context["script_files"] = unique
 
 
+def copy_mathjax(static: Path, source: Path = MATHJAX):
+    """MathJax's files the pages need, from ``source`` (an unpacked es5 folder) into ``static``/mathjax."""
+    if not (source / "tex-mml-chtml.js").is_file():
+        raise FileNotFoundError(f"no MathJax at {source}: `make book` unpacks npm's mathjax@3.2.2 there (needs npm)")
+    for part in MATHJAX_FILES:
+        target = static / "mathjax" / part
+        if (source / part).is_dir():
+            shutil.copytree(source / part, target, dirs_exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / part, target)
+
+
+def _serve_mathjax(app, config):
+    config.mathjax_path = MATHJAX_PATH
+
+
+def _copy_mathjax(app):
+    if app.builder.format == "html":
+        copy_mathjax(Path(app.outdir) / "_static")
+
+
 def setup(app):
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
+    app.connect("config-inited", _serve_mathjax)
+    app.connect("builder-inited", _copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,19 +1,25 @@
-"""A chapter's first lines on Colab or on your own machine: install what is missing, then pick the mode.
+"""A chapter's first lines on Colab or on your own machine: install what Colab lacks, then pick the mode.
 
     from kernels.harness import colab; colab.setup()
 
 Colab has most of the scientific stack but not numba-cuda; an old or a too-new NumPy is possible
-too. ``setup`` installs, with pip, the pinned version (from requirements.txt, the one list of pins)
-of every package the chapters import and this runtime lacks, then lets the harness pick the GPU
-or, on a CPU runtime, the CUDA simulator. On a machine set up with ``make`` it installs nothing.
+too. On Colab only, ``setup`` installs into the notebook's own interpreter, with pip, the pinned
+version (from requirements.txt, the one list of pins) of every package the chapters import and the
+runtime lacks, their dependencies held to the same file's pins, then lets the harness pick the GPU
+or, on a CPU runtime, the CUDA simulator. Anywhere else it installs nothing: it prints what is
+missing and the command that would install it.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
+import os
 import re
+import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from . import device
@@ -26,7 +32,8 @@ NUMPY_BELOW = (2, 5)  # numba-cuda 0.30 fails to import on NumPy 2.5
 
 
 def on_colab() -> bool:
-    return "google.colab" in sys.modules
+    """Colab's runtime sets COLAB_RELEASE_TAG and its kernel imports google.colab before any cell runs."""
+    return "COLAB_RELEASE_TAG" in os.environ or "google.colab" in sys.modules
 
 
 def pins(path: Path = ROOT / "requirements.txt") -> dict:
@@ -56,24 +63,36 @@ def missing(needed: dict | None = None) -> list[str]:
     return todo
 
 
-def setup(install: bool = True) -> str:
-    """Install what is missing (``install=False`` only reports it), then pick the mode; returns it.
+def _pip_install(specs: list[str]):
+    """pip install ``specs`` into this interpreter, every dependency that requirements.txt pins held to
+    its pin (a constraints file: pip refuses extras there, so they are dropped)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="constraints-") as constraints:
+        constraints.write("".join(re.sub(r"\[.*?\]", "", spec) + "\n" for spec in pins().values()))
+        constraints.flush()
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-c", constraints.name, *specs])
 
-    Prints one line saying where this runs, what was installed and which mode the harness picked."""
-    where = "Colab" if on_colab() else "a local checkout"
+
+def setup() -> str:
+    """On Colab, install what is missing; then pick the mode and return it.
+
+    Prints one line saying where this runs, what was installed (elsewhere: what is missing) and which
+    mode the harness picked."""
     todo = missing()
-    if todo and install:
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *todo])
+    if not on_colab():
+        install = shlex.join([sys.executable, "-m", "pip", "install", *todo])
+        done = f"missing {', '.join(todo)} (install: {install})" if todo else "nothing to install"
+        print(f"Set-up: a local checkout; {done}; mode {device.MODE}.")
+        return device.MODE
+    if todo:
+        loaded_numpy = sys.modules["numpy"].__version__  # missing() imported it
+        _pip_install(todo)
         importlib.invalidate_caches()
         if device.MODE == device.NONE:  # the simulator's package was missing when the harness chose
             importlib.reload(device)
-    if not todo:
-        done = "nothing to install"
-    elif install:
         done = "installed " + ", ".join(todo)
+        if importlib.metadata.version("numpy") != loaded_numpy:  # pip replaced it, as a dependency or by name
+            done += "; NumPy was already loaded: restart the runtime and run this cell again"
     else:
-        done = "missing " + ", ".join(todo) + f" (install: {sys.executable} -m pip install {' '.join(todo)})"
-    if install and any(t.startswith("numpy") for t in todo):  # this process imported NumPy to check it
-        done += "; NumPy was already loaded: restart the runtime and run this cell again"
-    print(f"Set-up: {where}; {done}; mode {device.MODE}.")
+        done = "nothing to install"
+    print(f"Set-up: Colab; {done}; mode {device.MODE}.")
     return device.MODE
