@@ -380,12 +380,52 @@ def test_verify_poisons_the_derivative_maps_and_names_the_seed_of_a_failure(monk
         assert f"(images: test_images(seed={seed}))" in line and "NaN/Inf" in line, line
 
 
-def test_step_takes_the_worklog_time_change_where_its_table_has_no_time():
+def test_step_takes_the_worklog_text_where_its_table_has_no_time():
     from kernels.ssim import bench
-    measured = {"V4": {"ms": 1.032}, "V4-1": {"ms": 1.0}}
+    measured = {"V4": {"ms": 1.032}, "V4-1": {"ms": 1.0}, "V3": {"ms": 2.0}}
     assert bench.step(measured, "V4", "V4-1") == ("time V4 / V4-1: here 1.032; "
                                                   "A100 (worklog) 1.056 (its text: +5.56% time)")
-    assert bench.step(measured, "V4-1", "V3").endswith("A100 (worklog) not published")
+    assert bench.step(measured, "V4-1", "V3") == ("time V4-1 / V3: here 0.500; "
+                                                  "A100 (worklog) 0.500 (its text: -50.03% time)")
+    assert bench.seed_ratio("V4-1", "Naive") is None
+
+
+def test_worklog_speedup_is_the_share_of_time_saved():
+    """Where the worklog's text gives a "speedup" and its table both times, the two agree only if the speedup
+    is the share of time saved (1 - new / old), which seed_ratio assumes where the table has no time."""
+    from kernels.ssim import bench
+    a100 = bench.seed_times()
+    both = [(r["kernel"], r["metric"].removeprefix("speedup_vs_"), float(r["value"])) for r in bench.seeds()
+            if r["metric"].startswith("speedup_vs_") and r["kernel"] in a100
+            and r["metric"].removeprefix("speedup_vs_") in a100]
+    assert both
+    for new, old, speedup in both:
+        assert abs((1 - speedup / 100) - a100[new] / a100[old]) < 0.005, (new, old)
+
+
+def test_profile_reads_the_reference_gpu_per_output_pixel(tmp_path, monkeypatch):
+    from kernels.harness import results
+    from kernels.ssim import bench
+    if device.on_gpu():
+        pytest.skip("on a GPU the profile of this GPU comes first")
+    folder = tmp_path / results.REFERENCE_GPU
+    folder.mkdir()
+    rows = {"warp instructions": 300, "local load instructions": 20, "local store instructions": 4,
+            "DRAM bytes": 1200, "issue slots busy %": 71.5}
+    (folder / "ssim_ncu.csv").write_text("version,metric,value\n"
+                                         + "".join(f"V4,{k},{v}\n" for k, v in rows.items()))
+    results.record("ssim", [{"kernel": "V4", "problem": "p", "metric": "ms", "value": 1.0, "unit": "ms"}],
+                   env={"gpu": "Some GPU 80GB", "gpu_slug": results.REFERENCE_GPU}, root=tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "REPOSITORY", tmp_path / "none")
+    gpu, counters = bench.profile((1, 2, 5, 6))
+    assert gpu == bench.timed_gpu() == "Some GPU 80GB"
+    c = counters["V4"]
+    assert c["thread instructions / px"] == pytest.approx(32 * 300 / 60)
+    assert c["local instructions / px"] == pytest.approx(32 * 24 / 60)
+    assert c["DRAM bytes / px"] == pytest.approx(1200 / 60) and c["issue slots busy %"] == 71.5
+    (folder / "ssim_ncu.csv").unlink()
+    assert bench.profile() is None
 
 
 def test_nan_propagates_to_its_windows_only(rng):

@@ -1,4 +1,4 @@
-"""Sphinx fix-ups for the rendered book, each one found by the browser check (tests/test_browser.py).
+"""Sphinx fix-ups for the rendered book.
 
 sphinx-thebe 0.3.1 and sphinx-togglebutton add their inline scripts both to the HTML builder and to
 Sphinx's registry; with Sphinx 7.4 each page gets them twice, and the second copy of thebe's
@@ -7,9 +7,15 @@ redeclares a `const`: a SyntaxError in every reader's console. Identical scripts
 MathJax is served from the book itself, not from a CDN, so a reader offline sees math and not raw
 LaTeX: the pages load ``_static/mathjax/tex-mml-chtml.js``, copied with its fonts and the TeX
 extensions it loads on demand from the release ``make book`` unpacks from npm (mathjax@3.2.2).
+
+`literalinclude` with `:diff:` heads its diff with both files' absolute paths, the building machine's
+folders on the page; they are made relative to the book's root here.
 """
+import os
 import shutil
 from pathlib import Path
+
+from docutils import nodes
 
 MATHJAX = Path(__file__).resolve().parents[2] / "build" / "mathjax" / "package" / "es5"
 MATHJAX_FILES = ("tex-mml-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions")
@@ -49,7 +55,18 @@ def _copy_mathjax(app):
         copy_mathjax(Path(app.outdir) / "_static")
 
 
+def _relative_diff_headers(app, doctree):
+    root = os.path.normpath(app.srcdir) + os.sep
+    for block in doctree.findall(nodes.literal_block):
+        if block.get("language") == "udiff" and root in block.rawsource:
+            text = "".join(line.replace(root, "", 1) if line.startswith(("--- ", "+++ ")) else line
+                           for line in block.rawsource.splitlines(keepends=True))
+            block.rawsource = text  # the HTML writer highlights a block only while its rawsource is its text
+            block[:] = [nodes.Text(text)]
+
+
 def setup(app):
+    app.connect("doctree-read", _relative_diff_headers)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.connect("config-inited", _serve_mathjax)
     app.connect("builder-inited", _copy_mathjax)

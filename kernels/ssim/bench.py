@@ -28,6 +28,43 @@ def seed_times() -> dict:
     return {r["kernel"]: float(r["value"]) for r in seeds() if r["metric"] == "time"}
 
 
+def gpu_name(gpu_slug: str) -> str:
+    """A GPU's name as its stored runs record it (the slug where none is stored)."""
+    if device.on_gpu() and device.environment()["gpu_slug"] == gpu_slug:
+        return device.environment()["gpu"]
+    rows = results.load("ssim", gpu_slug)
+    return rows[-1]["gpu"] if rows else gpu_slug
+
+
+def timed_gpu() -> str:
+    """The GPU whose times ``timed`` returns: this one, or in the simulator the reference GPU."""
+    return gpu_name(device.environment()["gpu_slug"] if device.on_gpu() else results.REFERENCE_GPU)
+
+
+def profile(shape=common.BENCH_SHAPE) -> tuple[str, dict] | None:
+    """The Nsight Compute counters scripts/ssim_profile.py stored (one inference launch of each version at
+    ``shape``), of this GPU, or of the reference GPU where this one has none: (the GPU's name,
+    {version: {metric: value}}), with the work counters also per output pixel ("... / px"; instructions
+    as thread-instructions, i.e. warp instructions x 32). None where neither GPU has a stored profile."""
+    slugs = [device.environment()["gpu_slug"]] if device.on_gpu() else []
+    for slug in [*slugs, results.REFERENCE_GPU]:
+        path = next((root / slug / "ssim_ncu.csv" for root in (results.RESULTS, results.REPOSITORY)
+                     if (root / slug / "ssim_ncu.csv").exists()), None)
+        if path is None:
+            continue
+        with path.open(newline="") as f:
+            counters = {}
+            for row in csv.DictReader(f):
+                counters.setdefault(row["version"], {})[row["metric"]] = float(row["value"] or "nan")
+        pixels = float(np.prod(shape))
+        for c in counters.values():
+            c["thread instructions / px"] = 32 * c["warp instructions"] / pixels
+            c["local instructions / px"] = 32 * (c["local load instructions"] + c["local store instructions"]) / pixels
+            c["DRAM bytes / px"] = c["DRAM bytes"] / pixels
+        return gpu_name(slug), counters
+    return None
+
+
 def problem_name(shape, training: bool = False) -> str:
     return "x".join(map(str, shape)) + ("-train" if training else "")
 
@@ -99,19 +136,33 @@ def describe(m: dict | None, version: str = "") -> str:
             + ("" if device.on_gpu() else f"  [stored run of {results.REFERENCE_GPU}]"))
 
 
-def step(measured: dict, new: str, old: str) -> str:
-    """The time ratio new/old measured here beside the worklog's A100 ratio: from its table's two
-    times, or else from a time change its text gives (a seed row ``time_change_vs_<old>``, in %)."""
+def seed_ratio(new: str, old: str) -> tuple[float, str] | None:
+    """The worklog's A100 time ratio new/old and where it comes from: its table's two times, or else a
+    change its text gives (a seed row in %: ``time_change_vs_<old>``, or ``speedup_vs_<old>``, which the
+    worklog uses for the share of time saved); None where it publishes neither."""
     a100 = seed_times()
+    if new in a100 and old in a100:
+        return a100[new] / a100[old], "table"
+    for r in seeds():
+        if r["kernel"] == new and r["metric"] == f"time_change_vs_{old}":
+            change = float(r["value"])
+            return 1 + change / 100, f"its text: {change:+.2f}% time"
+        if r["kernel"] == new and r["metric"] == f"speedup_vs_{old}":
+            saved = float(r["value"])
+            return 1 - saved / 100, f"its text: {-saved:+.2f}% time"
+    return None
+
+
+def step(measured: dict, new: str, old: str) -> str:
+    """The time ratio new/old measured here beside the worklog's A100 ratio (``seed_ratio``)."""
     here = (f"{measured[new]['ms'] / measured[old]['ms']:.3f}" if measured.get(new) and measured.get(old)
             else "n/a (not measured)")
-    change = [float(r["value"]) for r in seeds() if r["kernel"] == new and r["metric"] == f"time_change_vs_{old}"]
-    if new in a100 and old in a100:
-        there = f"{a100[new] / a100[old]:.3f}"
-    elif change:
-        there = f"{1 + change[0] / 100:.3f} (its text: {change[0]:+.2f}% time)"
-    else:
+    seed = seed_ratio(new, old)
+    if seed is None:
         there = "not published"
+    else:
+        ratio, source = seed
+        there = f"{ratio:.3f}" + ("" if source == "table" else f" ({source})")
     return f"time {new} / {old}: here {here}; A100 (worklog) {there}"
 
 
