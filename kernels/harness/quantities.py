@@ -1,0 +1,51 @@
+"""Quantities that more than one chapter quotes, read here once from the stored runs, so that every page
+quoting one agrees with the others (the probes measure the latencies, the machine chapter the copy rate).
+
+Each comes from this run's GPU where its rows exist, else from the reference GPU's, with the name of the
+GPU that measured it, so the prose can say where a number comes from.
+"""
+from __future__ import annotations
+
+from . import device, results
+
+
+def stored(chapter: str, kernel: str, metric: str, problem: str | None = None) -> tuple[float, str]:
+    """(value, GPU name) of the newest row of (kernel, metric[, problem]) in ``chapter``'s results."""
+    slugs = [results.REFERENCE_GPU]
+    if device.on_gpu():
+        slugs.insert(0, device.environment()["gpu_slug"])
+    for slug in slugs:
+        rows = [r for r in results.load(chapter, slug)
+                if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])]
+        if rows:
+            newest = max(rows, key=lambda r: r["date"])
+            return float(newest["value"]), newest["gpu"]
+    raise LookupError(f"no stored {chapter} row of kernel {kernel!r}, metric {metric!r}: run that chapter on a GPU")
+
+
+def dram_latency_ns() -> tuple[float, str]:
+    """A dependent load that misses every cache (the memory probes' pointer chase), in nanoseconds."""
+    return stored("probes", "chase", "HBM latency ns")
+
+
+def fma_latency_cycles() -> tuple[float, str]:
+    """One FP32 FMA's latency: a dependent chain's cycles per FMA (the compute probes' math table)."""
+    return stored("probes", "math", "latency", "FFMA (baseline)")
+
+
+def copy_gbps() -> tuple[float, str]:
+    """The driver's device-to-device copy on the largest buffer the machine chapter times (read + write)."""
+    rows = [r for r in results.load("machine", _machine_gpu()) if r["kernel"] == "memcpy"]
+    if not rows:
+        raise LookupError("no stored memcpy rows: run the machine chapter on a GPU")
+    newest = max(r["date"] for r in rows)
+    largest = max((r for r in rows if r["date"] == newest), key=lambda r: int(r["problem"].split()[0]))
+    return float(largest["value"]), largest["gpu"]
+
+
+def _machine_gpu() -> str:
+    if device.on_gpu():
+        slug = device.environment()["gpu_slug"]
+        if any(r["kernel"] == "memcpy" for r in results.load("machine", slug)):
+            return slug
+    return results.REFERENCE_GPU

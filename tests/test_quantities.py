@@ -1,0 +1,31 @@
+"""kernels/harness/quantities.py: a quantity two chapters quote is read in one place, from the newest stored run."""
+import pytest
+
+from kernels.harness import quantities, results
+
+
+def newest(chapter, kernel, metric, problem=None):
+    rows = [r for r in results.load(chapter, results.REFERENCE_GPU)
+            if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])]
+    return max(rows, key=lambda r: r["date"])
+
+
+def test_latencies_are_the_newest_stored_probe_rows():
+    ns, gpu = quantities.dram_latency_ns()
+    row = newest("probes", "chase", "HBM latency ns")
+    assert (ns, gpu) == (float(row["value"]), row["gpu"]) and 50 < ns < 5000
+    cycles, _ = quantities.fma_latency_cycles()
+    assert cycles == float(newest("probes", "math", "latency", "FFMA (baseline)")["value"])
+
+
+def test_copy_rate_is_the_largest_buffer_of_the_newest_run():
+    gbps, _ = quantities.copy_gbps()
+    rows = [r for r in results.load("machine", results.REFERENCE_GPU) if r["kernel"] == "memcpy"]
+    last = max(r["date"] for r in rows)
+    sizes = {int(r["problem"].split()[0]): float(r["value"]) for r in rows if r["date"] == last}
+    assert gbps == sizes[max(sizes)]
+
+
+def test_a_quantity_never_measured_is_a_clear_error():
+    with pytest.raises(LookupError, match="run that chapter on a GPU"):
+        quantities.stored("probes", "no such kernel", "latency")
