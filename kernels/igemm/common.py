@@ -134,6 +134,7 @@ FIRST_LAYER = Problem(n=2, h=9, w=9, c=3, k=16)   # C = 3: only the naive step t
 
 def gemm_problem(k: int, m: int = 4096, n: int = 4096) -> Problem:
     """A plain GEMM as a 1x1 convolution: M = 64 x (m/64) pixels, N = n filters, K = k channels."""
+    k, m, n = (check.positive_int(v, name) for v, name in ((k, "k"), (m, "m"), (n, "n")))
     if m % 64:
         raise ValueError(f"m must be a multiple of 64 (64 x m/64 pixels), got {m}")
     return Problem(n=1, h=64, w=m // 64, c=k, k=n, r=1, s=1, pad=0)

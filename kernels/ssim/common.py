@@ -399,6 +399,8 @@ def map_sum(ssim_map):
 
 def mean(ssim_map) -> float:
     """The SSIM value: the mean of a map, accumulated in float64."""
+    if ssim_map.size == 0:
+        raise ValueError(f"ssim_map: empty map of shape {tuple(ssim_map.shape)}; a mean needs at least one pixel")
     return float(map_sum(ssim_map)) / ssim_map.size
 
 
