@@ -55,6 +55,11 @@ PROBLEMS = {
 }
 
 
+def require_problem(p) -> None:
+    if not isinstance(p, Problem):
+        raise TypeError(f"p: expected a Problem (one of PROBLEMS: {list(PROBLEMS)}), got {type(p).__name__} {p!r}")
+
+
 def shapes(p: Problem, layout: str) -> tuple[tuple, tuple, tuple]:
     """Shapes of (x, f, y) in ``layout``."""
     if layout == "nchw":
@@ -96,8 +101,7 @@ def problem_of(x_shape: tuple, f_shape: tuple, layout: str) -> Problem:
 
 def random_inputs(p: Problem, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Fresh float32 input (NCHW) and filter (KCRS) in [-1, 1), on the host."""
-    if not isinstance(p, Problem):
-        raise TypeError(f"p: expected a Problem (one of PROBLEMS: {list(PROBLEMS)}), got {type(p).__name__} {p!r}")
+    require_problem(p)
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (p.n, p.c, p.h, p.w)).astype(np.float32)
     f = rng.uniform(-1, 1, (p.k, p.c, R, S)).astype(np.float32)
@@ -125,6 +129,9 @@ def reference(x_nchw, f_kcrs) -> np.ndarray:
     """The convolution in float64 NumPy, NCHW: nine shifted matrix products over the padded input."""
     x = check.to_host(x_nchw).astype(np.float64)
     f = check.to_host(f_kcrs).astype(np.float64)
+    if x.ndim != 4 or f.ndim != 4:
+        raise ValueError(f"x and f: expected 4-D NCHW and KCRS arrays, got shapes {x.shape} and {f.shape}")
+    problem_of(x.shape, f.shape, "nchw")
     n, c, h, w = x.shape
     padded = np.zeros((n, c, h + 2, w + 2))
     padded[:, :, 1:-1, 1:-1] = x
@@ -141,6 +148,7 @@ def tolerance(p: Problem) -> float:
     Rounding error grows with the number of terms; 1e-5 relative (the chapter's bound) is checked
     separately on the Frobenius norm.
     """
+    require_problem(p)
     return 1e-6 * 9 * p.c * 4
 
 

@@ -34,7 +34,9 @@ def to_host(x) -> np.ndarray:
 
 def address(a) -> int:
     """The byte address of an array's first element: a device array's (CuPy, Numba) or a host array's."""
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    iface = getattr(a, "__cuda_array_interface__", None) or getattr(a, "__array_interface__", None)
+    if iface is None:
+        raise TypeError(f"expected a NumPy, CuPy or Numba device array, got {type(a).__name__}")
     return iface["data"][0]
 
 
@@ -54,6 +56,8 @@ def poison_value(dtype):
 def poison(x):
     """Fill an output before a kernel runs, so that any element the kernel forgets shows up
     (with ``poison_value``)."""
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise TypeError(f"poison: expected an array to fill, got {type(x).__name__}")
     dtype = np.dtype(x.dtype)
     value = poison_value(dtype)
     if hasattr(x, "copy_to_host") and not hasattr(x, "fill"):  # Numba device array
@@ -99,11 +103,11 @@ def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "ou
     NaN or +-Inf (there the output must hold the same), on max |out - ref| > atol, and (if rtol is
     given) on ||out - ref||_F / ||ref||_F > rtol. A reference with no finite element is an error.
     """
-    got = _real(to_host(out), f"{name}: output")
-    want = _real(to_host(ref), f"{name}: reference")
-    finite_number(atol, f"{name}: atol")
+    got = _real(to_host(out), f"out ({name})")
+    want = _real(to_host(ref), f"ref ({name})")
+    finite_number(atol, f"atol ({name})")
     if rtol is not None:
-        finite_number(rtol, f"{name}: rtol")
+        finite_number(rtol, f"rtol ({name})")
     if got.shape != want.shape:
         raise ValueError(f"{name}: output shape {got.shape} does not match reference shape {want.shape}")
     if got.size == 0:
@@ -247,6 +251,8 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
     """Run ``python *args`` from the repository's root under compute-sanitizer's memcheck, which reports
     an out-of-bounds or misaligned access even where it does not change a result; print the end of
     its report and a verdict. True if clean; without a GPU or compute-sanitizer, one line and None."""
+    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+        raise TypeError(f"args: expected a list of strings such as ['-m', 'kernels.igemm.memcheck'], got {args!r}")
     sanitizer = cuda_tool("compute-sanitizer", "its verdict")
     if not sanitizer:
         return None

@@ -305,7 +305,8 @@ def run_channels(strides, *, lines: int = 2**18, repeat: int = 10) -> list[dict]
 
 def bank_ways(stride: int, *, lanes: int = 32, banks: int = BANKS, words: int = SMEM_WORDS) -> int:
     """The most distinct 4-byte words one bank must serve when lane l reads word (l * stride) % words."""
-    positive_int(stride, "stride")
+    for value, name in ((stride, "stride"), (lanes, "lanes"), (banks, "banks"), (words, "words")):
+        positive_int(value, name)
     addresses = {(lane * stride) % words for lane in range(lanes)}
     per_bank = np.bincount([a % banks for a in addresses], minlength=banks)
     return int(per_bank.max())
