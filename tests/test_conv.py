@@ -69,7 +69,7 @@ def test_bad_input_is_rejected(x_shape, f_shape, dtype, error, match, xp):
 
 def test_nchw_data_given_to_an_nhwc_stage_is_caught(xp):
     x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)      # NCHW / KCRS
-    with pytest.raises(ValueError, match="only 3x3 filters"):
+    with pytest.raises(ValueError, match=r"takes nhwc filters \(3, 3, C, K\), got shape \(5, 3, 3, 3\), the nchw"):
         common.run(STAGE, xp.asarray(x), xp.asarray(f))
 
 

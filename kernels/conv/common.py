@@ -55,6 +55,11 @@ PROBLEMS = {
 }
 
 
+def require_problem(p) -> None:
+    if not isinstance(p, Problem):
+        raise TypeError(f"p: expected a Problem (one of PROBLEMS: {list(PROBLEMS)}), got {type(p).__name__} {p!r}")
+
+
 def shapes(p: Problem, layout: str) -> tuple[tuple, tuple, tuple]:
     """Shapes of (x, f, y) in ``layout``."""
     if layout == "nchw":
@@ -64,23 +69,39 @@ def shapes(p: Problem, layout: str) -> tuple[tuple, tuple, tuple]:
     raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
+FILTER_AXES = {"nchw": "(K, C, 3, 3)", "nhwc": "(3, 3, C, K)"}
+INPUT_AXES = {"nchw": "(N, C, H, W)", "nhwc": "(N, H, W, C)"}
+
+
 def problem_of(x_shape: tuple, f_shape: tuple, layout: str) -> Problem:
-    """Read the problem back from array shapes, checking that input and filter agree."""
+    """Read the problem back from array shapes, checking that input and filter agree; arrays in the
+    other layout are named as such (a transposed filter would otherwise read as a 5x3 filter)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    other = LAYOUTS[1 - LAYOUTS.index(layout)]
+    fix = ("convert NCHW/KCRS arrays with to_layout(x, f, 'nhwc')" if layout == "nhwc"
+           else "transpose x to NCHW and f to KCRS")
+    taps = {"nchw": tuple(f_shape[2:]), "nhwc": tuple(f_shape[:2])}
+    if taps[layout] != (R, S) and taps[other] == (R, S):
+        raise ValueError(f"f: this stage takes {layout} filters {FILTER_AXES[layout]}, got shape {tuple(f_shape)}, "
+                         f"the {other} layout {FILTER_AXES[other]}: {fix}")
     if layout == "nchw":
         (n, c, h, w), (k, fc, r, s) = x_shape, f_shape
-    elif layout == "nhwc":
-        (n, h, w, c), (r, s, fc, k) = x_shape, f_shape
     else:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        (n, h, w, c), (r, s, fc, k) = x_shape, f_shape
     if (r, s) != (R, S):
         raise ValueError(f"filter: only 3x3 filters are supported, got {r}x{s} ({layout} filter shape {f_shape})")
     if fc != c:
-        raise ValueError(f"filter has {fc} input channels but the input has {c} ({layout} layout)")
+        hint = ""
+        if (x_shape[3] if layout == "nchw" else x_shape[1]) == fc:
+            hint = f"; x of shape {tuple(x_shape)} looks like {other} {INPUT_AXES[other]}: {fix}"
+        raise ValueError(f"filter has {fc} input channels but the input has {c} ({layout} layout){hint}")
     return Problem("given", n=n, c=c, k=k, h=h, w=w)
 
 
 def random_inputs(p: Problem, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Fresh float32 input (NCHW) and filter (KCRS) in [-1, 1), on the host."""
+    require_problem(p)
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (p.n, p.c, p.h, p.w)).astype(np.float32)
     f = rng.uniform(-1, 1, (p.k, p.c, R, S)).astype(np.float32)
@@ -108,6 +129,9 @@ def reference(x_nchw, f_kcrs) -> np.ndarray:
     """The convolution in float64 NumPy, NCHW: nine shifted matrix products over the padded input."""
     x = check.to_host(x_nchw).astype(np.float64)
     f = check.to_host(f_kcrs).astype(np.float64)
+    if x.ndim != 4 or f.ndim != 4:
+        raise ValueError(f"x and f: expected 4-D NCHW and KCRS arrays, got shapes {x.shape} and {f.shape}")
+    problem_of(x.shape, f.shape, "nchw")
     n, c, h, w = x.shape
     padded = np.zeros((n, c, h + 2, w + 2))
     padded[:, :, 1:-1, 1:-1] = x
@@ -124,6 +148,7 @@ def tolerance(p: Problem) -> float:
     Rounding error grows with the number of terms; 1e-5 relative (the chapter's bound) is checked
     separately on the Frobenius norm.
     """
+    require_problem(p)
     return 1e-6 * 9 * p.c * 4
 
 
@@ -146,6 +171,9 @@ class Stage:
 
 def validate(stage: Stage, x, f, y=None) -> Problem:
     """Check every argument against what ``stage`` supports; raise naming the broken constraint."""
+    if not isinstance(stage, Stage):
+        raise TypeError(f"stage: expected a Stage object (s1_naive.STAGE, one of stages.all_gpu(), ...), "
+                        f"got {type(stage).__name__} {stage!r}")
     if stage.layout not in LAYOUTS:
         raise ValueError(f"stage {stage.name}: unknown layout {stage.layout!r}")
     if stage.device:

@@ -67,13 +67,19 @@ def geometry(name: str, tile: dict, p: Problem) -> tuple[tuple, tuple]:
     return ((p.pixels + bm - 1) // bm, (p.k + bn - 1) // bn, tile.get("SPLIT", 1)), block
 
 
-def check_tile(name: str, tile: dict) -> None:
-    """Reject tile sizes the kernel's static layout cannot hold, before the compiler does."""
+def check_name(name: str) -> None:
     if name not in FILES:
         raise ValueError(f"unknown CUDA C++ stage {name!r}; known: {sorted(FILES)}")
+
+
+def check_tile(name: str, tile: dict) -> None:
+    """Reject tile sizes the kernel's static layout cannot hold, before the compiler does."""
+    check_name(name)
+    if not isinstance(tile, dict):
+        raise TypeError(f"{name}: tile must be a dict such as {DEFAULTS[name]}, got {type(tile).__name__}")
     if set(tile) != set(DEFAULTS[name]):
         raise ValueError(f"{name}: tile must set exactly {sorted(DEFAULTS[name])}, got {sorted(tile)}")
-    if any(not isinstance(v, int) or v < 1 for v in tile.values()):
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in tile.values()):
         raise ValueError(f"{name}: tile sizes must be positive integers, got {tile}")
     if tile.get("SPLIT", 1) > 64:   # the project's cap; the grid's z extent would allow 65535
         raise ValueError(f"{name}: SPLIT must be at most 64, got {tile['SPLIT']}")
@@ -124,14 +130,17 @@ def _kernel(name: str, opts: tuple, smem: int = 0):
 
 def compile_info(name: str, tile: dict | None = None, arch: str = "sm_90"):
     """ptxas's report (registers, spills, shared memory) for one stage and tile, without a GPU."""
+    check_name(name)
     tile = tile or DEFAULTS[name]
     check_tile(name, tile)
     return cuda_cpp.compile_cubin(FILES[name][0], arch, options(tile))
 
 
 def stage(name: str, tile: dict | None = None) -> Stage:
-    tile = dict(tile or DEFAULTS[name])
+    check_name(name)
+    tile = tile or DEFAULTS[name]
     check_tile(name, tile)
+    tile = dict(tile)   # a copy: the launch must not see later changes to the caller's dict
     opts = options(tile)
     smem = dynamic_smem_bytes(name, tile)
 

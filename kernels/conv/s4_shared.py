@@ -10,10 +10,12 @@ from functools import lru_cache
 
 from numba import cuda, float32
 
+from ..harness import check
 from .common import Stage
 
 GPU_TILE = dict(by=8, bn=32, tm=8, bkc=16)   # 256 threads, 64 x 32 outputs per block
 SIM_TILE = dict(by=2, bn=4, tm=2, bkc=2)     # 8 threads: the simulator runs each as a Python thread
+STATIC_SMEM = 48 * 1024                      # bytes of cuda.shared.array one block may declare
 
 
 @lru_cache(maxsize=None)
@@ -72,11 +74,12 @@ def make_kernel(by: int, bn: int, tm: int, bkc: int):
 
 
 def stage(by: int, bn: int, tm: int, bkc: int) -> Stage:
-    for name, v in (("by", by), ("bn", bn), ("tm", tm), ("bkc", bkc)):
-        if not (isinstance(v, int) and v >= 1):
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if by * bn > 1024:
-        raise ValueError(f"a block has by*bn = {by * bn} threads; at most 1024 are allowed")
+    by, bn, tm, bkc = (check.positive_int(v, name) for v, name in ((by, "by"), (bn, "bn"), (tm, "tm"), (bkc, "bkc")))
+    check.block_shape((bn, by))
+    smem = 4 * bkc * (by * tm + bn)
+    if smem > STATIC_SMEM:
+        raise ValueError(f"the tiles need 4 * bkc * (by * tm + bn) = {smem} bytes of shared memory; a block's "
+                         f"static shared memory is at most {STATIC_SMEM}")
     kernel = make_kernel(by, bn, tm, bkc)
 
     def launch(x, f, y, p):

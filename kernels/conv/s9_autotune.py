@@ -12,7 +12,7 @@ from itertools import product
 
 from ..harness import device, timing
 from . import cuda_stages
-from .common import Problem, launcher
+from .common import Problem, launcher, require_problem
 
 NAME = "SPLIT-K"
 KEYS = ("BM", "BN", "BKC", "SPLIT")
@@ -22,6 +22,7 @@ def candidates(p: Problem, sms: int | None = None) -> list[dict]:
     """Tiles worth trying on ``p``: 64 to 256 threads, no block wider than the channels it covers;
     reduction slices only while the output tiles alone give fewer than four blocks per SM (``sms``:
     this GPU's SM count by default; without a GPU, the reference GPU's)."""
+    require_problem(p)
     sms = device.target_properties()["sms"] if sms is None else sms
     if not isinstance(sms, int) or sms < 1:
         raise ValueError(f"sms must be a positive integer, got {sms!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import device
+from .check import block_shape, positive_int
 from .timing import benchmark
 
 # FP32 lanes per SM by compute capability (CUDA programming guide, arithmetic instruction table).
@@ -42,10 +43,11 @@ def peaks(props: dict | None = None) -> dict:
 
 def measure_copy(nbytes: int = 1 << 30, repeat: int = 20) -> float:
     """GB/s of a device-to-device memcpy of ``nbytes`` (bytes read + written)."""
-    import cupy
     from ..machine.copy import bytes_moved, memcpy_d2d
-    if nbytes < 4:
+    if positive_int(nbytes, "nbytes") < 4:
         raise ValueError(f"nbytes must be at least 4, got {nbytes}")
+    _require_gpu("measuring the copy ceiling")
+    import cupy
     free = cupy.cuda.runtime.memGetInfo()[0]
     if 2 * nbytes > free:
         raise ValueError(f"a copy of {nbytes} bytes needs {2 * nbytes} bytes of GPU memory; {free} are free")
@@ -58,6 +60,10 @@ def measure_copy(nbytes: int = 1 << 30, repeat: int = 20) -> float:
 def measure_fma(iters: int = 512, unroll: int = 16, blocks_per_sm: int = 8, threads: int = 256,
                 repeat: int = 20) -> float:
     """GFLOP/s of independent FP32 FMA chains filling every SM."""
+    for value, name in ((iters, "iters"), (unroll, "unroll"), (blocks_per_sm, "blocks_per_sm")):
+        positive_int(value, name)
+    block_shape(threads)
+    _require_gpu("measuring the FMA ceiling")
     import cupy
     import numpy as np
     from ..machine.fma import flops, fma_kernel
@@ -71,6 +77,10 @@ def measure_fma(iters: int = 512, unroll: int = 16, blocks_per_sm: int = 8, thre
 
 def measure_smem(iters: int = 4096, blocks_per_sm: int = 4, threads: int = 512, repeat: int = 20) -> float:
     """GB/s of conflict-free 16-byte shared-memory reads on every SM."""
+    positive_int(iters, "iters", maximum=2**31 - 1)
+    positive_int(blocks_per_sm, "blocks_per_sm")
+    block_shape(threads)
+    _require_gpu("measuring the shared-memory ceiling")
     import cupy
     from .cuda_cpp import load
     kernel = load("machine/smem_read.cu", "smem_read")
@@ -83,6 +93,10 @@ def measure_smem(iters: int = 4096, blocks_per_sm: int = 4, threads: int = 512, 
 
 def measure() -> Ceilings:
     """All three ceilings (about a second on a recent GPU)."""
-    if device.MODE != device.GPU:
-        raise RuntimeError("measuring ceilings needs a GPU; this run uses the CUDA simulator")
+    _require_gpu("measuring ceilings")
     return Ceilings(copy_gbps=measure_copy(), fma_gflops=measure_fma(), smem_gbps=measure_smem())
+
+
+def _require_gpu(what: str):
+    if device.MODE != device.GPU:
+        raise RuntimeError(f"{what} needs a GPU; this run uses the CUDA simulator")

@@ -34,7 +34,9 @@ def to_host(x) -> np.ndarray:
 
 def address(a) -> int:
     """The byte address of an array's first element: a device array's (CuPy, Numba) or a host array's."""
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    iface = getattr(a, "__cuda_array_interface__", None) or getattr(a, "__array_interface__", None)
+    if iface is None:
+        raise TypeError(f"expected a NumPy, CuPy or Numba device array, got {type(a).__name__}")
     return iface["data"][0]
 
 
@@ -54,6 +56,8 @@ def poison_value(dtype):
 def poison(x):
     """Fill an output before a kernel runs, so that any element the kernel forgets shows up
     (with ``poison_value``)."""
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise TypeError(f"poison: expected an array to fill, got {type(x).__name__}")
     dtype = np.dtype(x.dtype)
     value = poison_value(dtype)
     if hasattr(x, "copy_to_host") and not hasattr(x, "fill"):  # Numba device array
@@ -99,8 +103,11 @@ def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "ou
     NaN or +-Inf (there the output must hold the same), on max |out - ref| > atol, and (if rtol is
     given) on ||out - ref||_F / ||ref||_F > rtol. A reference with no finite element is an error.
     """
-    got = to_host(out).astype(np.float64)
-    want = to_host(ref).astype(np.float64)
+    got = _real(to_host(out), f"out ({name})")
+    want = _real(to_host(ref), f"ref ({name})")
+    finite_number(atol, f"atol ({name})")
+    if rtol is not None:
+        finite_number(rtol, f"rtol ({name})")
     if got.shape != want.shape:
         raise ValueError(f"{name}: output shape {got.shape} does not match reference shape {want.shape}")
     if got.size == 0:
@@ -178,13 +185,34 @@ def require_output(out, name: str, reads: dict):
 
 def positive_int(value, name: str, *, maximum: int | None = None) -> int:
     """An integer >= 1 (and <= maximum), or a ValueError naming the constraint."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or int(value) != value:
+    return _integer(value, name, 1, maximum)
+
+
+def nonnegative_int(value, name: str, *, maximum: int | None = None) -> int:
+    """An integer >= 0 (and <= maximum), or a ValueError naming the constraint."""
+    return _integer(value, name, 0, maximum)
+
+
+def _integer(value, name: str, minimum: int, maximum: int | None) -> int:
+    # A float counts if it holds an integer (2.0); inf and NaN do not (int() of them would raise).
+    whole = isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return int(value)
+
+
+def finite_number(value, name: str, *, positive: bool = False) -> float:
+    """A real number, finite and >= 0 (> 0 with ``positive``), or a ValueError naming the constraint:
+    a NaN would pass every ``<`` test and turn what it touches into NaN."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    if not np.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite {'positive number' if positive else 'number >= 0'}, got {value!r}")
+    return float(value)
 
 
 def block_shape(shape) -> tuple:
@@ -223,6 +251,8 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
     """Run ``python *args`` from the repository's root under compute-sanitizer's memcheck, which reports
     an out-of-bounds or misaligned access even where it does not change a result; print the end of
     its report and a verdict. True if clean; without a GPU or compute-sanitizer, one line and None."""
+    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+        raise TypeError(f"args: expected a list of strings such as ['-m', 'kernels.igemm.memcheck'], got {args!r}")
     sanitizer = cuda_tool("compute-sanitizer", "its verdict")
     if not sanitizer:
         return None
@@ -235,6 +265,14 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
         proc.returncode, f"FAILED: the program exited with {proc.returncode}")
     print("memcheck:", verdict)
     return proc.returncode == 0
+
+
+def _real(a: np.ndarray, what: str) -> np.ndarray:
+    """``a`` in float64; complex values (whose imaginary part the conversion would drop) and
+    non-numbers (strings, objects, dates) are refused."""
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{what}: expected a real number dtype (bool, integer or float), got {a.dtype}")
+    return a.astype(np.float64)
 
 
 def _c_contiguous(x) -> bool:

@@ -57,7 +57,12 @@ def operand_shapes(n: int, c: int, h: int, w: int, k: int, r: int, s: int, pad: 
     "nhwc"; NCHW, KCRS and NKPQ for "nchw"."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    n, c, h, w, k, r, s, stride = (check.positive_int(v, name) for v, name in
+                                   zip((n, c, h, w, k, r, s, stride), ("n", "c", "h", "w", "k", "r", "s", "stride")))
+    pad = check.nonnegative_int(pad, "pad")
     p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+    if p < 1 or q < 1:
+        raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{w} input (pad {pad})")
     if layout == "nhwc":
         return {"x": (n, h, w, c), "w": (k, r, s, c), "y": (n, p, q, k)}
     return {"x": (n, c, h, w), "w": (k, c, r, s), "y": (n, k, p, q)}
@@ -88,6 +93,8 @@ class ConvFprop:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.shapes = operand_shapes(n, c, h, w, k, r, s, pad, stride, layout)
         self.dtype = DTYPES[dtype]
+        if why := missing():
+            raise RuntimeError(why)   # rather than an ImportError from deep inside the frontend
         import cudnn
         self.layout = layout
         io = {"half": cudnn.data_type.HALF, "float": cudnn.data_type.FLOAT}[dtype]

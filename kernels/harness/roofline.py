@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .check import finite_number
+
 
 @dataclass(frozen=True)
 class Floor:
@@ -29,17 +31,16 @@ class Floor:
 
 def floor(flops: float, bytes_moved: float, *, gflops: float, gbps: float) -> Floor:
     """The floor of a kernel at ``gflops`` GFLOP/s and ``gbps`` GB/s."""
-    if flops < 0 or bytes_moved < 0:
-        raise ValueError(f"flops and bytes must be >= 0, got {flops} and {bytes_moved}")
-    if gflops <= 0 or gbps <= 0:
-        raise ValueError(f"ceilings must be positive, got {gflops} GFLOP/s and {gbps} GB/s")
+    finite_number(flops, "flops")
+    finite_number(bytes_moved, "bytes_moved")
+    _ceilings(gflops, gbps)
     return Floor(compute_ms=flops / (gflops * 1e9) * 1e3, memory_ms=bytes_moved / (gbps * 1e9) * 1e3)
 
 
 def attainable(intensity: float, *, gflops: float, gbps: float) -> float:
     """The roofline: GFLOP/s attainable at ``intensity`` FLOP/byte."""
-    if intensity <= 0:
-        raise ValueError(f"intensity must be positive, got {intensity}")
+    finite_number(intensity, "intensity", positive=True)
+    _ceilings(gflops, gbps)
     return min(gflops, intensity * gbps)
 
 
@@ -49,6 +50,7 @@ def plot(*, gflops: float, gbps: float, points: dict | None = None, roofs: dict 
     and ``points`` {label: (FLOP/byte, GFLOP/s)}."""
     import matplotlib.pyplot as plt
     import numpy as np
+    _ceilings(gflops, gbps)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     ridge = gflops / gbps
@@ -70,3 +72,8 @@ def plot(*, gflops: float, gbps: float, points: dict | None = None, roofs: dict 
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, which="both", alpha=0.3)
     return ax
+
+
+def _ceilings(gflops: float, gbps: float):
+    finite_number(gflops, "gflops (the FP32 ceiling)", positive=True)
+    finite_number(gbps, "gbps (the DRAM ceiling)", positive=True)

@@ -14,13 +14,20 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import device
+from . import check, device
 
 
 @dataclass(frozen=True)
 class Timing:
     """Per-launch times in milliseconds."""
     times_ms: tuple
+
+    def __post_init__(self):
+        # An empty or non-finite sample would turn the median, and every rate from it, into NaN.
+        if len(self.times_ms) == 0:
+            raise ValueError("times_ms: a timing needs at least one time, got none")
+        if not np.all(np.isfinite(self.times_ms)):
+            raise ValueError(f"times_ms: expected finite times, got {self.times_ms}")
 
     @property
     def median_ms(self) -> float:
@@ -60,14 +67,14 @@ def benchmark(fn: Callable, args: Sequence[tuple] | None = None, *, warmup: int 
     ``fn(*args[i % len(args)])``: pass several input sets whose total exceeds L2 to time from DRAM
     without a flush. ``flush_l2=True`` clears L2 before every repetition instead.
     """
-    if device.MODE != device.GPU:
-        raise RuntimeError("timing needs a GPU; this run uses the CUDA simulator")
     if not callable(fn):
         raise TypeError(f"fn: expected a callable that launches the kernel, got {type(fn).__name__}")
-    if warmup < 0 or repeat < 1:
-        raise ValueError(f"need warmup >= 0 and repeat >= 1, got warmup={warmup}, repeat={repeat}")
+    check.nonnegative_int(warmup, "warmup")
+    check.positive_int(repeat, "repeat")
     if args is not None and len(args) == 0:
         raise ValueError("args: expected at least one argument tuple")
+    if device.MODE != device.GPU:
+        raise RuntimeError("timing needs a GPU; this run uses the CUDA simulator")
     import cupy
 
     def call(i):
@@ -104,7 +111,11 @@ def _hold_gpu(seconds: float):
 
 def rates(t: Timing, *, flops: float = 0.0, bytes_moved: float = 0.0) -> dict:
     """Achieved GFLOP/s and GB/s from the median time."""
+    if not isinstance(t, Timing):
+        raise TypeError(f"t: expected a Timing (from benchmark), got {type(t).__name__}")
     if t.median_ms <= 0:
         raise ValueError("median time must be positive")
+    check.finite_number(flops, "flops")
+    check.finite_number(bytes_moved, "bytes_moved")
     seconds = t.median_ms * 1e-3
     return {"ms": t.median_ms, "GFLOP/s": flops / seconds / 1e9, "GB/s": bytes_moved / seconds / 1e9}

@@ -11,7 +11,10 @@ l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum python -m kernels.igemm
 """
 from __future__ import annotations
 
+import sys
+
 BANKS, WORD = 32, 4
+ACCESS_BYTES = (4, 8, 16)   # the widths wavefronts() models: a word, a pair, a 16-byte vector
 # (row stride, chunk stride) in bytes; a chunk is 8 halves of one row.
 LAYOUTS = {
     "row-major, 64-byte rows": (64, 16),
@@ -22,6 +25,8 @@ SOURCE_LAYOUT = "4 blocks of 128x8, 32-byte gap"
 
 
 def address(layout: str, row: int, chunk: int) -> int:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
     row_stride, chunk_stride = LAYOUTS[layout]
     return chunk * chunk_stride + row * row_stride
 
@@ -43,6 +48,8 @@ def banks(addr: int, nbytes: int = 16) -> list[int]:
 
 def wavefronts(addresses: list[int], nbytes: int = 16) -> int:
     """Shared-memory wavefronts for one warp's accesses of ``nbytes`` each."""
+    if nbytes not in ACCESS_BYTES:
+        raise ValueError(f"nbytes: a thread's shared-memory access is one of {ACCESS_BYTES} bytes, got {nbytes!r}")
     per_phase = 128 // nbytes
     total = 0
     for start in range(0, len(addresses), per_phase):
@@ -63,10 +70,12 @@ def table() -> list[dict]:
 
 def measure(iters: int = 4096, blocks_per_sm: int = 8, threads: int = 512, repeat: int = 20) -> list[dict]:
     """Time both patterns in every layout on the GPU: ms and shared-memory GB/s."""
-    import cupy
-
     from ..harness import cuda_cpp, device
     from ..harness.timing import benchmark
+    if not device.on_gpu():
+        raise RuntimeError("the bank-conflict measurement needs a GPU; wavefronts() gives the model's counts")
+    import cupy
+
     blocks = device.properties()["sms"] * blocks_per_sm
     out = cupy.empty(blocks * threads, dtype=cupy.uint32)
     rows = []
@@ -80,11 +89,14 @@ def measure(iters: int = 4096, blocks_per_sm: int = 8, threads: int = 512, repea
     return rows
 
 
-def main():
+def main() -> int:
     """Launch each pattern and layout once, for a profiler to count the conflicts."""
+    from ..harness import cuda_cpp, device
+    if not device.on_gpu():
+        print("needs a CUDA GPU; without one there is nothing to profile")
+        return 1
     import cupy
 
-    from ..harness import cuda_cpp
     out = cupy.empty(512, dtype=cupy.uint32)
     for pattern in ("tile_store", "tile_ldmatrix"):
         kernel = cuda_cpp.load("igemm/smem_layout.cu", pattern)
@@ -92,7 +104,8 @@ def main():
             kernel((1,), (128,), (out, cupy.int32(64), cupy.int32(row_stride), cupy.int32(chunk_stride)))
             cupy.cuda.runtime.deviceSynchronize()
             print(f"{pattern:14s} {name}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

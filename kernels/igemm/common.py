@@ -134,13 +134,26 @@ FIRST_LAYER = Problem(n=2, h=9, w=9, c=3, k=16)   # C = 3: only the naive step t
 
 def gemm_problem(k: int, m: int = 4096, n: int = 4096) -> Problem:
     """A plain GEMM as a 1x1 convolution: M = 64 x (m/64) pixels, N = n filters, K = k channels."""
+    k, m, n = (check.positive_int(v, name) for v, name in ((k, "k"), (m, "m"), (n, "n")))
     if m % 64:
         raise ValueError(f"m must be a multiple of 64 (64 x m/64 pixels), got {m}")
     return Problem(n=1, h=64, w=m // 64, c=k, k=n, r=1, s=1, pad=0)
 
 
+def require_problem(problem) -> None:
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a Problem (such as CI_PROBLEM or gemm_problem(k)), got "
+                        f"{type(problem).__name__} {problem!r}")
+
+
+def check_step(step) -> None:
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step not in STEPS:
+        raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
+
+
 def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
     """x and w uniform in [-1, 1), fp16, as ``xp`` arrays."""
+    require_problem(problem)
     x = rng.uniform(-1, 1, problem.x_shape).astype(np.float16)
     w = rng.uniform(-1, 1, problem.w_shape).astype(np.float16)
     return xp.asarray(x), xp.asarray(w)
@@ -159,6 +172,9 @@ def reference(x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 
     full problem fast on a GPU; tests on small sizes pass ``dtype=np.float64``.
     """
     xp = _module(x)
+    if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[3] != x.shape[3]:
+        raise ValueError(f"x and w: expected NHWC input and KRSC filters with the same channels (last axis), "
+                         f"got shapes {tuple(x.shape)} and {tuple(w.shape)}")
     n, h, wd, c = x.shape
     k, r, s, _ = w.shape
     p, q = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
@@ -183,14 +199,14 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
     element off by more than 1e-2 sqrt(RSC) x ``scale`` -- 3% of the outputs' standard deviation
     sqrt(RSC)/3, yet over 10 times fp16's rounding of the largest outputs -- so a wrong row cannot hide
     in the norm."""
+    require_problem(problem)
     atol = 1e-2 * np.sqrt(problem.gemm[2]) * scale
     return check.compare(out, ref, atol=float(f"{atol:.3g}"), rtol=1e-2, name=name or problem.label())
 
 
 def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
     """Check every argument of ``step`` and return the Problem it describes; errors name the constraint."""
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step not in STEPS:
-        raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
+    check_step(step)
     check.require_array(x, "x (NHWC input)", dtype=np.float16, ndim=4)
     check.require_array(w, "w (KRSC filters)", dtype=np.float16, ndim=4)
     n, h, wd, c = x.shape
@@ -271,6 +287,7 @@ def unsupported(step: int, props: dict, stages: int | None = None) -> str | None
     """Why the GPU ``props`` describes (``device.properties()``) cannot run ``step`` with ``stages``
     (default: the step's own): an instruction it lacks, or more shared memory than a block may have;
     None if it can."""
+    check_step(step)
     cc = int(props["cc"])
     here = f"this GPU is {cc / 10:.1f}"
     if step in WGMMA and cc != 90:
@@ -419,10 +436,14 @@ def conv(step: int, x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: fl
 
 def fit_head_tail(ks, ms) -> tuple[float, float]:
     """Least squares  time = head + K * per_k  (the source's head / main loop / tail model)."""
+    if len(ks) != len(ms) or len(set(ks)) < 2:
+        raise ValueError(f"ks and ms: a line needs times at two or more different K, as many as K values; "
+                         f"got {len(ms)} times at K = {list(ks)}")
     per_k, head = np.polyfit(np.asarray(ks, float), np.asarray(ms, float), 1)
     return float(head), float(per_k)
 
 
 def k_half(head_ms: float, per_k_ms: float) -> float:
     """The K at which the fixed cost equals the main loop: half the asymptotic rate."""
+    check.finite_number(per_k_ms, "per_k_ms (the time per unit of K)", positive=True)
     return head_ms / per_k_ms

@@ -11,9 +11,16 @@ import numpy as np
 
 
 def main(steps=None) -> int:
+    from ..harness import device
+    from . import common as ig
+    unknown = sorted(set(steps or ()) - set(ig.STEPS))
+    if unknown:
+        raise ValueError(f"steps must be among {sorted(ig.STEPS)}, got {unknown}")
+    if not device.on_gpu():
+        print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
+        return 1
     import cupy
 
-    from . import common as ig
     rng = np.random.default_rng(0)
     runs = [(1, ig.FIRST_LAYER, {})] + [(step, p, options) for p in ig.ODD_PROBLEMS[:3]
                                          for step, options in ((2, {}), (3, {}), (4, {"stages": 2}),

@@ -8,6 +8,7 @@ kernels can be matched to them; ``parse_ncu_csv`` turns the profiler's CSV into 
 """
 import csv
 import io
+import sys
 
 import numpy as np
 
@@ -76,10 +77,13 @@ def runnable(props: dict) -> list:
     return keep
 
 
-def main() -> None:
+def main() -> int:
+    from ..harness import device
+    if not device.on_gpu():
+        print("needs a CUDA GPU; without one there is nothing to profile")
+        return 1
     import cupy
 
-    from ..harness import device
     from . import common as ig
     x, w = ig.random_inputs(ig.PROBLEM, np.random.default_rng(0), cupy)
     out = cupy.empty(ig.PROBLEM.y_shape, dtype=cupy.float16)
@@ -89,7 +93,8 @@ def main() -> None:
         launch()
         cupy.cuda.Device().synchronize()
         print(f"launch {i}: {label}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,15 +1,19 @@
 """Device-to-device copy: the driver's memcpy (the bandwidth ceiling) and two Numba copy kernels.
 
-A copy reads every byte once and writes it once, so bandwidth counts 2 x nbytes.
+A copy reads every byte once and writes it once, so bandwidth counts 2 x nbytes. ``copy`` launches
+a kernel after checking its arrays; the kernels themselves stop at the shorter array, so a short
+``dst`` is never written past its end.
 """
 from numba import cuda
+
+from ..harness import check
 
 
 @cuda.jit
 def copy_kernel(dst, src):
     # Grid-stride loop: one launch covers any size; neighbouring threads touch neighbouring words.
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, src.size, stride):
+    for i in range(start, min(src.size, dst.size), stride):
         dst[i] = src[i]
 
 
@@ -18,7 +22,7 @@ def copy_kernel_x4(dst, src):
     # Four independent loads in flight per thread before the first store: by Little's law the
     # bandwidth a thread can draw is the bytes it has in flight over the DRAM latency.
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    n = src.size
+    n = min(src.size, dst.size)
     i = start
     while i + 3 * stride < n:
         a, b, c, d = src[i], src[i + stride], src[i + 2 * stride], src[i + 3 * stride]
@@ -32,10 +36,29 @@ def copy_kernel_x4(dst, src):
 def memcpy_d2d(dst, src):
     """cudaMemcpyAsync device-to-device on the default stream (CuPy arrays)."""
     import cupy
+    for name, a in (("dst", dst), ("src", src)):
+        if not isinstance(a, cupy.ndarray):
+            raise TypeError(f"{name}: expected a CuPy array on the GPU, got {type(a).__name__}")
+        check.require_array(a, name)
     if dst.nbytes != src.nbytes:
         raise ValueError(f"dst has {dst.nbytes} bytes, src {src.nbytes}: a copy needs equal sizes")
+    check.require_output(dst, "dst", {"src": src})
     cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes,
                                   cupy.cuda.runtime.memcpyDeviceToDevice, 0)
+
+
+def copy(dst, src, kernel=copy_kernel, *, blocks: int, threads: int = 256):
+    """Launch ``kernel`` (copy_kernel or copy_kernel_x4) on ``blocks`` x ``threads`` threads to copy
+    ``src`` into ``dst``: 1-D arrays of one dtype and size, not overlapping."""
+    if kernel not in (copy_kernel, copy_kernel_x4):
+        raise ValueError(f"kernel must be copy_kernel or copy_kernel_x4, got {kernel!r}")
+    check.require_array(src, "src", ndim=1)
+    check.require_array(dst, "dst", dtype=src.dtype, ndim=1)
+    if dst.size != src.size:
+        raise ValueError(f"dst has {dst.size} elements, src {src.size}: a copy needs equal sizes")
+    check.require_output(dst, "dst", {"src": src})
+    blocks = check.positive_int(blocks, "blocks", maximum=check.MAX_GRID_DIM[0])
+    kernel[blocks, check.block_shape(threads)[0]](dst, src)
 
 
 def bytes_moved(nbytes: int) -> int:

@@ -10,14 +10,15 @@ from functools import lru_cache
 
 from numba import cuda, float32
 
+from ..harness.check import positive_int
+
 CHAINS = 8
 
 
 @lru_cache(maxsize=None)
 def fma_kernel(unroll: int):
     """The kernel with ``unroll`` (a compile-time constant) steps of CHAINS FMAs per loop trip."""
-    if unroll < 1:
-        raise ValueError(f"unroll must be >= 1, got {unroll}")
+    positive_int(unroll, "unroll")   # a compile-time trip count: a whole number
 
     @cuda.jit
     def fma_chains(out, iters, b, c):

@@ -53,6 +53,7 @@ def normalize(version: str, x, y, tpc: int = 1):
     """Launch one version on x (batch x pixels float32) into y (same shape)."""
     x = check.require_array(x, "x", dtype=np.float32, ndim=2)
     check.require_array(y, "y", dtype=np.float32, shape=x.shape)
+    check.require_output(y, "y", {"x": x})   # a shifted y would overwrite columns other threads still read
     batch, pixels = x.shape
     grid, block, defines = plan(version, batch, pixels, tpc)
     common.require_gpu("the BatchNorm kernels")

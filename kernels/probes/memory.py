@@ -100,8 +100,9 @@ def build_chain(nbytes: int, stride: int, order: str = "random", seed: int = 0):
 def run_chase(buf, *, steps: int, warm: int = 0, l2_only: bool = False, flush: bool = False) -> float:
     """Cycles per dependent load walking ``buf`` (from ``build_chain``) for ``steps`` loads."""
     positive_int(steps, "steps", maximum=2**31 - 1)
-    if warm < 0:
-        raise ValueError(f"warm must be >= 0, got {warm}")
+    check.nonnegative_int(warm, "warm", maximum=2**31 - 1)
+    common.require_gpu("the pointer chase")
+    check.require_array(buf, "buf (from build_chain)", dtype=np.uint64, ndim=1)
     import cupy
     kernel = common.load("chase.cu", "chase_l2" if l2_only else "chase")
     cycles = cupy.zeros(1, dtype=cupy.int64)
@@ -197,8 +198,8 @@ DIVERGENCE_BLOCK = 256
 
 def _divergence_params(n: int, divergence: int) -> int:
     n = positive_int(n, "n", maximum=2**30)
-    if not 0 <= divergence < 32:
-        raise ValueError(f"divergence is a lane mask: 0 <= divergence < 32, got {divergence}")
+    if isinstance(divergence, bool) or not isinstance(divergence, (int, np.integer)) or not 0 <= divergence < 32:
+        raise ValueError(f"divergence is a lane mask: an integer 0 <= divergence < 32, got {divergence!r}")
     return n
 
 
@@ -304,7 +305,8 @@ def run_channels(strides, *, lines: int = 2**18, repeat: int = 10) -> list[dict]
 
 def bank_ways(stride: int, *, lanes: int = 32, banks: int = BANKS, words: int = SMEM_WORDS) -> int:
     """The most distinct 4-byte words one bank must serve when lane l reads word (l * stride) % words."""
-    positive_int(stride, "stride")
+    for value, name in ((stride, "stride"), (lanes, "lanes"), (banks, "banks"), (words, "words")):
+        positive_int(value, name)
     addresses = {(lane * stride) % words for lane in range(lanes)}
     per_bank = np.bincount([a % banks for a in addresses], minlength=banks)
     return int(per_bank.max())
@@ -358,8 +360,7 @@ def padding_plan(version: str, channels: int, shape, p: int) -> tuple:
         raise ValueError(f"shape must be (N, C, H, W), got {shape}")
     n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW"))
     positive_int(channels, "channels", maximum=MAX_PAD_CHANNELS)
-    if p < 0:
-        raise ValueError(f"padding must be >= 0, got {p}")
+    p = check.nonnegative_int(p, "p (padding)")   # a fraction would leave part of the border unwritten
     if c % channels:
         raise ValueError(f"C = {c} must be a multiple of channels per thread = {channels}")
     grid = (math.ceil((h + 2 * p) * (w + 2 * p) / PAD_BLOCK), c // channels, n)
@@ -372,8 +373,9 @@ def pad(version: str, x, out, channels: int, p: int):
     """Launch one padding version: x is (N, C, H, W) float32, out (N, C, H + 2p, W + 2p)."""
     x = check.require_array(x, "x", dtype=np.float32, ndim=4)
     n, c, h, w = x.shape
-    check.require_array(out, "out", dtype=np.float32, shape=(n, c, h + 2 * p, w + 2 * p))
     grid, block = padding_plan(version, channels, x.shape, p)
+    check.require_array(out, "out", dtype=np.float32, shape=(n, c, h + 2 * p, w + 2 * p))
+    check.require_output(out, "out", {"x": x})
     common.require_gpu("the padding kernel")
     defines = {"CHANNELS": channels} if version == "v2 constant" else None
     kernel = common.load(PADDING_FILES[version], "pad", defines)

@@ -110,11 +110,13 @@ def block_sums(variant: str, x, partial, block: int = 256):
     check.require_array(x, "x", dtype=np.float32, ndim=1)
     blocks = math.ceil(x.shape[0] / block)
     check.require_array(partial, "partial", dtype=np.float32, shape=(blocks,))
+    check.require_output(partial, "partial", {"x": x})
     kernel[blocks, block](x, partial)
 
 
 def reference(x: np.ndarray, block: int) -> np.ndarray:
     """float64 sum of each run of ``block`` elements."""
+    positive_int(block, "block")
     x = np.asarray(x, dtype=np.float64)
     return np.add.reduceat(x, np.arange(0, x.size, block))
 

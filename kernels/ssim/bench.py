@@ -338,14 +338,16 @@ def _peer_rows_here(shape, version: str) -> dict:
     return {"timed": timed_rows, "agreement": agreement}
 
 
-def main(versions=None) -> None:
+def main(versions=None) -> int:
     """``python -m kernels.ssim.bench [VERSION ...]``: measure versions at the benchmark size (inference,
     training for the register-pipeline versions, the fused mean where there is one) and print one line
-    each, and one for each version this GPU cannot run; records nothing."""
+    each, and one for each version this GPU cannot run; records nothing. Returns the exit status."""
     from kernels.harness import ceilings as ceilings_module
+    for v in versions or ():
+        common.version_module(v)   # an unknown version is refused before the GPU is asked for
     if not device.on_gpu():
-        print("needs a CUDA GPU")
-        return
+        print("needs a CUDA GPU; without one there is nothing to measure")
+        return 1
     versions = cuda_versions.runnable(versions or common.VERSIONS)
     ceil = ceilings_module.measure()
     sets = inputs(common.BENCH_SHAPE)
@@ -359,10 +361,11 @@ def main(versions=None) -> None:
             m = measure_mean(v, common.BENCH_SHAPE, valid=valid, sets=sets)
             print(f"{v} SSIM value{' (valid)' if valid else ''}: map + mean {m['map + mean ms']:.4f} ms, "
                   f"fused {m['fused ms']:.4f} ms", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--peers"]:   # peer_rows' child: python -m kernels.ssim.bench --peers VERSION N C H W
         print(json.dumps(_peer_rows_here(tuple(map(int, sys.argv[3:])), sys.argv[2])))
     else:
-        main(sys.argv[1:])
+        sys.exit(main(sys.argv[1:]))

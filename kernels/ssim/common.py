@@ -139,12 +139,16 @@ def reference_backward(img1, img2, grad_map):
 
 def crop_valid(ssim_map):
     """The 'valid' map: drop the RADIUS-pixel border where the window reaches into the zero padding."""
+    if len(ssim_map.shape) < 2 or min(ssim_map.shape[-2:]) < WINDOW:
+        raise ValueError(f"ssim_map: a valid map needs at least {WINDOW}x{WINDOW} pixels (the window), got shape "
+                         f"{tuple(ssim_map.shape)}")
     return ssim_map[..., RADIUS:-RADIUS, RADIUS:-RADIUS]
 
 
 def test_images(shape, *, kind: str = "random", seed=None):
     """float32 images in [0, 1]: 'random' (uniform, and a noisy copy) or 'structured' (smooth + noise).
     ``seed``: an int (the same images every time), a NumPy Generator, or None (fresh images)."""
+    shape = tuple(check.positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
     rng = np.random.default_rng(seed)
     if kind == "random":
         a = rng.random(shape, dtype=np.float32)
@@ -196,7 +200,7 @@ FLOPS_PER_PIXEL = 2 * 5 * WINDOW * 2  # two separable passes x five moments x 11
 def work(shape, *, training: bool = False) -> dict:
     """FLOPs of the separable passes and the DRAM bytes of one pass: both images read once, the map
     (and in training the three derivative maps) written once."""
-    pixels = math.prod(shape)
+    pixels = math.prod(check.positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
     maps = 4 if training else 1
     return {"flops": FLOPS_PER_PIXEL * pixels, "bytes": (2 + maps) * 4 * pixels}
 
@@ -204,11 +208,16 @@ def work(shape, *, training: bool = False) -> dict:
 def v2_ffma_per_block(bx: int, by: int, channels: int = 3) -> float:
     """The worklog's V2 model: FFMA warp-instructions of one block computing bx x by outputs of every
     channel: 5 moments x (x-pass over by+10 rows + y-pass over by rows) x 11 taps, 32 lanes a warp."""
+    check.positive_int(bx, "bx")   # a model: blocks beyond the device's 1024 threads are allowed
+    check.positive_int(by, "by")
     return channels * 5 * (bx * (by + 2 * RADIUS) * WINDOW + bx * by * WINDOW) / 32
 
 
 def v2_ffma_total(width: int, height: int, bx: int, by: int, channels: int = 3) -> float:
-    return math.ceil(width / bx) * math.ceil(height / by) * v2_ffma_per_block(bx, by, channels)
+    per_block = v2_ffma_per_block(bx, by, channels)   # checks the block first
+    check.positive_int(width, "width")
+    check.positive_int(height, "height")
+    return math.ceil(width / bx) * math.ceil(height / by) * per_block
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -401,6 +410,8 @@ def map_sum(ssim_map):
 
 def mean(ssim_map) -> float:
     """The SSIM value: the mean of a map, accumulated in float64."""
+    if ssim_map.size == 0:
+        raise ValueError(f"ssim_map: empty map of shape {tuple(ssim_map.shape)}; a mean needs at least one pixel")
     return float(map_sum(ssim_map)) / ssim_map.size
 
 
