@@ -108,6 +108,8 @@ def student_notebook(nb: dict) -> dict:
 def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     """Copy ``root``'s tracked files into ``out`` (a fresh folder), every notebooks/*.ipynb as its
     student edition; return the notebooks written."""
+    if not (root / ".git").exists():    # inside a checkout, git would list the enclosing repository's files
+        raise SystemExit(f"{root} is not a git checkout: the student edition copies its tracked files")
     tracked = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True,
                              check=True).stdout.split("\0")
     notebooks = sorted(root.glob("notebooks/*.ipynb"))
