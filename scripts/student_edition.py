@@ -92,7 +92,7 @@ def student_notebook(nb: dict) -> dict:
         if DROPPED_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
         source = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
+        if cell["cell_type"] == "markdown" and SOLUTION.search(source):
             source = re.sub(r"\n{3,}", "\n\n", SOLUTION.sub("", source)).strip("\n")
         elif cell["cell_type"] == "code" and hidden:
             source = _without_glues(source, names, hidden)

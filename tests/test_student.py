@@ -66,6 +66,7 @@ SYNTHETIC = {
            ":::{solution} syn-ex-floor\n:class: dropdown\nA colon-fenced answer, {glue:text}`pct_4:.0f`% and {glue:text}`pct_8:.0f`%.\n:::\n\n"
            "Closing words."),
         md("```{solution} syn-ex-write\n:class: dropdown\nA cell holding only an answer.\n```\n"),
+        md("No solution here, so left as written:\n```python\nx = 1\n\n\ny = 2\n```\n"),
     ],
 }
 for i, cell in enumerate(SYNTHETIC["cells"]):
@@ -84,7 +85,8 @@ def test_synthetic_notebook_loses_its_solutions_and_keeps_its_exercises():
     for kept in ("Compute the floor.", ":label: syn-ex-floor", ":label: syn-ex-write",
                  'exercise.check("syn-ex-write", launch)', "Closing words.", 'glue("rate", rate)', "print(rate)"):
         assert kept in text
-    assert [c["cell_type"] for c in nb["cells"]] == ["code", "code", "markdown"]
+    assert [c["cell_type"] for c in nb["cells"]] == ["code", "code", "markdown", "markdown"]
+    assert nb["cells"][-1]["source"] == SYNTHETIC["cells"][-1]["source"]
     ast.parse(nb["cells"][1]["source"])
     assert set(glue.stored(nb)) == {"rate"}, "only the glue a solution alone quotes goes"
     assert {"output_type": "stream", "name": "stdout", "text": "2.0\n"} in nb["cells"][1]["outputs"]
@@ -123,6 +125,9 @@ def test_edition_has_no_solution_and_every_exercise(path):
     distinctive = solution_lines(original)
     assert distinctive or "{solution}" not in path.read_text(), "the test found no solution text to look for"
     assert not [line for line in distinctive if line in text]
+    untouched = ["".join(c["source"]) for c in original["cells"]
+                 if c["cell_type"] == "markdown" and "{solution}" not in "".join(c["source"])]
+    assert all(s in [c.source for c in student.cells] for s in untouched), "Markdown without a solution changed"
     labels = set(EXERCISE_LABEL.findall(sources(original)))
     assert labels <= set(EXERCISE_LABEL.findall(text))
     for ex in exercise.all_exercises():
