@@ -25,6 +25,7 @@ help:
 	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook;"
 	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1)"
 	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
+	@echo "make student              build/student(.zip): the repository with the notebooks' solutions removed"
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
@@ -74,3 +75,8 @@ $(MATHJAX_JS):
 # Chromium unless CI is set; .ci/run installs Chromium).
 book-check: $(SETUP) book
 	BOOK_REQUIRE_BROWSER=1 $(PYTHON) -m pytest -q -ra tests/test_browser.py
+
+# The student edition: the repository with every notebook's solutions removed (book/teachers.md).
+.PHONY: student
+student: $(SETUP)
+	$(PYTHON) scripts/student_edition.py
