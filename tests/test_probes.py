@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from kernels.harness import cuda_cpp, device, sass
+from kernels.harness import cuda_cpp, device, results, sass
 from kernels.probes import batchnorm, common, compute, memcheck, memory, nchw, reduction
 from gpus import A100, H100, RTX_4090, T4
 
@@ -141,6 +141,9 @@ def test_mi25_ratios_come_from_the_seeds():
     assert common.mi25_padding() == {"padding v0 local": {1: 44.0, 16: 144.0}, "padding v2 constant": {16: 450.0}}
     mi25 = {e["probe"]: e["MI25"] for e in common.summary([], 132)}
     assert mi25["tail: time(SMs + 1 blocks) / time(SMs)"] == r["tail"]
+    assert common.mi25_value("registers", "max per thread", "scalar registers") == 102
+    with pytest.raises(KeyError, match="no MI25 seed row for kernel='math', metric='latency'"):
+        common.mi25_value("math", "latency")
 
 
 def test_batchnorm_reference():
@@ -222,6 +225,23 @@ def test_without_a_gpu_the_reference_h100_is_used(monkeypatch):
     fma = common.row("fma v2 double loop", "1 x 1024 threads", "FMA per cycle per SM", 64.0, "FMA/cycle/SM")
     per_lane = {e["probe"]: e["ours"] for e in common.summary([fma], cc="80")}
     assert per_lane["FMA per cycle per lane, one chain per thread"] == 1.0
+
+
+def test_clock_history_is_one_entry_per_stored_run_of_the_clock_probe(monkeypatch, tmp_path):
+    monkeypatch.setattr(device, "on_gpu", lambda: False)
+    stored = [r for r in results.load("probes", results.REFERENCE_GPU) if r["kernel"] == "clock"]
+    history = common.clock_history()
+    assert [(d, sm) for d, sm, _ in history] == sorted(
+        (r["date"], float(r["value"])) for r in stored if r["metric"] == "sm clock")
+    host = {r["date"]: float(r["value"]) for r in stored if r["metric"] == "sm clock, host timer"}
+    assert [h for _, _, h in history] == [host.get(d) for d, _, _ in history]
+    machine = [r for r in results.load("machine", results.REFERENCE_GPU) if r["metric"] == "max_sm_clock_mhz"]
+    assert common.stated_max_clock_mhz() == float(max(machine, key=lambda r: r["date"])["value"])
+    monkeypatch.setattr(results, "REPOSITORY", tmp_path)  # no stored runs at all
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert common.clock_history() == []
+    with pytest.raises(LookupError, match="machine chapter"):
+        common.stated_max_clock_mhz()
 
 
 def test_lanes_per_sm_takes_a_target_and_refuses_an_unknown_one():

@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from ..harness import ceilings, cuda_cpp, device
+from ..harness import ceilings, cuda_cpp, device, results
 from ..harness.check import positive_int
 
 HERE = Path(__file__).resolve().parent
@@ -96,10 +96,39 @@ def clock_mhz() -> float:
     return _clock_mhz
 
 
+def stored_gpu() -> str:
+    """The GPU whose stored rows the chapters read: this one, or the reference GPU without one."""
+    return device.slug(device.properties()["name"]) if device.on_gpu() else results.REFERENCE_GPU
+
+
+def stated_max_clock_mhz() -> float:
+    """The SM clock's maximum as the driver states it: this GPU's, or without one the reference GPU's
+    as the machine chapter stored it."""
+    if device.on_gpu():
+        return float(device.properties()["max_sm_clock_mhz"])
+    rows = [r for r in results.load("machine", results.REFERENCE_GPU)
+            if r["kernel"] == "device" and r["metric"] == "max_sm_clock_mhz"]
+    if not rows:
+        raise LookupError("no stored max_sm_clock_mhz row: run the machine chapter on a GPU")
+    return float(max(rows, key=lambda r: r["date"])["value"])
+
+
+def clock_history() -> list[tuple[str, float, float | None]]:
+    """(date, SM clock, the host timer's clock or None) of every stored run of the clock probe on
+    ``stored_gpu()``, oldest first (the runs before the host's check have None)."""
+    runs: dict[str, dict] = {}
+    for r in results.load(CHAPTER, stored_gpu()):
+        if r["kernel"] == "clock":
+            runs.setdefault(r["date"], {})[r["metric"]] = float(r["value"])
+    return [(date, m["sm clock"], m.get("sm clock, host timer")) for date, m in sorted(runs.items())
+            if "sm clock" in m]
+
+
 # --- seeds and the results table -----------------------------------------------------------------
 
 SEEDS = HERE.parents[1] / "data" / "seeds"
 MI25_CUS, MI25_LANES_PER_CU = 64, 64  # source 003: 64 compute units of 4 x 16-lane SIMDs
+MI25_CLOCK_MHZ = 1536.0  # source 003's rated clock, by which it converts every time to cycles (not measured)
 
 
 def seeds(name: str) -> list[dict]:
@@ -113,6 +142,14 @@ def _pick(rows, kernel: str, metric: str, problem: str | None = None) -> float |
     hits = [float(r["value"]) for r in rows if r["kernel"] == kernel and r["metric"] == metric
             and (problem is None or r["problem"] == problem)]
     return hits[-1] if hits else None
+
+
+def mi25_value(kernel: str, metric: str, problem: str | None = None) -> float:
+    """One number of data/seeds/probes_mi25.csv, for the prose that sets it beside ours."""
+    value = _pick(seeds("probes_mi25"), kernel, metric, problem)
+    if value is None:
+        raise KeyError(f"no MI25 seed row for kernel={kernel!r}, metric={metric!r}, problem={problem!r}")
+    return value
 
 
 def _ratio(a, b):
@@ -178,7 +215,7 @@ def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> 
     bn3 = next((float(r["value"]) for r in rows if r["kernel"] == "batchnorm v0 three passes"
                 and r["metric"] == "throughput"), None)
     entries = [
-        ("SM clock", _pick(rows, "clock", "sm clock"), 1536.0, "MHz", None),
+        ("SM clock", _pick(rows, "clock", "sm clock"), MI25_CLOCK_MHZ, "MHz", None),
         ("launch: best threads per cycle, whole GPU", launch_best,
          _pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), "threads/cycle", None),
         ("launch: best threads per cycle per SM (CU)", _ratio(launch_best, sms_),
