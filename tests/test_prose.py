@@ -29,7 +29,6 @@ PENDING = {
     "03_conv": 117,
     "04a_probes_compute": 51,
     "04b_probes_memory": 96,
-    "05_implicit_gemm": 55,
 }
 
 
