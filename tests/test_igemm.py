@@ -552,3 +552,15 @@ def test_cudnn_matches_the_reference(rng):
     conv.launcher(0, x, w, out)()
     result = ig.compare(out, ig.reference(x, w), problem)
     assert result.ok, f"{result} -- {result.detail}"
+
+
+def test_the_profile_table_is_stored_and_read_back(tmp_path):
+    from kernels.harness import results
+    from kernels.igemm import profile
+    rows = [{"variant": "v3_ldmatrix", **{c: float(i) for i, c in enumerate(profile.COLUMNS)}},
+            {"variant": "v4_cp_async, x via cp.async.ca", **{c: 0.5 + i for i, c in enumerate(profile.COLUMNS)}}]
+    profile.store(rows, results.REFERENCE_GPU, tmp_path)
+    slug, stored = profile.stored(tmp_path)
+    assert slug == results.REFERENCE_GPU
+    assert stored == {r["variant"]: {c: r[c] for c in profile.COLUMNS} for r in rows}
+    assert profile.stored(tmp_path / "none") is None

@@ -27,7 +27,6 @@ ALLOWED: dict[str, set[str]] = {}
 PENDING = {
     "03_conv": 117,
     "04b_probes_memory": 96,
-    "05_implicit_gemm": 55,
 }
 
 

@@ -4,13 +4,17 @@
     ncu --csv --kernel-name regex:igemm <NCU_ARGS> python -m kernels.igemm.profile
 
 Prints the variants in launch order (and one line for each this GPU cannot run), so the profiler's
-kernels can be matched to them; ``parse_ncu_csv`` turns the profiler's CSV into one row per launch.
+kernels can be matched to them; ``parse_ncu_csv`` turns the profiler's CSV into one row per launch, which
+``store`` keeps beside the chapter's results and ``stored`` reads back (also without a GPU, for the prose).
 """
 import csv
 import io
 import sys
+from pathlib import Path
 
 import numpy as np
+
+from ..harness import device, results
 
 # (label, step, launcher options): step 4 as first written (input through cp.async.cg) and as fixed.
 VARIANTS = (
@@ -39,6 +43,7 @@ COLUMNS = {
     "blocks/SM": ("Block Limit Shared Mem", 1.0),
     "achieved occupancy %": ("Achieved Occupancy", 1.0),
 }
+NCU_FILE = "igemm_ncu.csv"   # beside igemm.csv: one (variant, metric, value) per line
 _TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
@@ -64,6 +69,36 @@ def parse_ncu_csv(text: str) -> list[dict]:
     return rows
 
 
+def store(rows: list[dict], gpu_slug: str, root=None) -> Path:
+    """Write ``rows`` ({"variant": label, column: value, ...}, as the notebook shows them) as this GPU's
+    profile, replacing the last one: ncu profiles each variant once, so only the newest run is kept."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(("variant", "metric", "value"))
+    for row in rows:
+        writer.writerows((row["variant"], column, row[column]) for column in COLUMNS)
+    path = results.gpu_folder(gpu_slug, root) / NCU_FILE
+    results.replace_file(path, out.getvalue())
+    return path
+
+
+def stored(root=None) -> tuple[str, dict[str, dict]] | None:
+    """The stored profile of this GPU, or of the reference GPU where this one has none: (its slug,
+    {variant: {column: value}}). None where neither has one."""
+    slugs = [device.environment()["gpu_slug"]] if device.on_gpu() else []
+    for slug in [*slugs, results.REFERENCE_GPU]:
+        bases = [Path(root)] if root else [results.RESULTS, results.REPOSITORY]
+        path = next((b / slug / NCU_FILE for b in bases if (b / slug / NCU_FILE).exists()), None)
+        if path is None:
+            continue
+        profile: dict[str, dict] = {}
+        with path.open(newline="") as f:
+            for rec in csv.DictReader(f):
+                profile.setdefault(rec["variant"], {})[rec["metric"]] = float(rec["value"])
+        return slug, profile
+    return None
+
+
 def runnable(props: dict) -> list:
     """The VARIANTS the GPU ``props`` describes (``device.properties()``) can run, in launch order; one
     line for each it cannot."""
@@ -78,7 +113,6 @@ def runnable(props: dict) -> list:
 
 
 def main() -> int:
-    from ..harness import device
     if not device.on_gpu():
         print("needs a CUDA GPU; without one there is nothing to profile")
         return 1
