@@ -59,9 +59,10 @@ def test_prose_has_no_typed_measurement(path):
         assert not found, f"{path.name} types numbers the run measures; glue them: {found}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS + sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.stem)
 def test_prose_names_no_commit(path):
-    assert not COMMIT.findall(markdown(path)), f"{path.name} names a commit: write for the reader"
+    text = markdown(path) if path.suffix == ".ipynb" else path.read_text()
+    assert not COMMIT.findall(text), f"{path.name} names a commit: write for the reader"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
