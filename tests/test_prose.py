@@ -28,7 +28,6 @@ PENDING = {
     "02b_ssim_beyond": 131,
     "03_conv": 117,
     "04a_probes_compute": 51,
-    "04b_probes_memory": 96,
     "05_implicit_gemm": 55,
 }
 
