@@ -216,3 +216,10 @@ def test_the_hint_names_the_array_and_the_cost(label, mistake, said, rng):
 def test_a_passing_report_says_what_the_accesses_cost(rng):
     report = exercise.get("basics-ex-stencil").check(exercise.get("basics-ex-stencil").solution, rng=rng)
     assert report.ok and report.lines[-2].startswith("  accesses (counted in the simulator): global sectors at most")
+
+
+@pytest.mark.gpu
+def test_published_solutions_pass_on_the_gpu(rng):
+    """The chapter's memcheck cell runs this file under compute-sanitizer: every solution, on the GPU."""
+    for e in BASICS:
+        assert e.check(e.solution, rng=rng).ok, e.label
