@@ -36,6 +36,7 @@ def test_only_this_runs_rows_are_listed(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("chapter, stems", [
+    ("first_kernels", ["00_first_kernels"]),
     ("machine", ["01_machine"]),
     ("ssim", ["02_ssim_worklog", "02b_ssim_beyond"]),
     ("probes", ["04a_probes_compute", "04b_probes_memory"]),

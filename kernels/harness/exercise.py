@@ -10,6 +10,12 @@ elements and where they are (the tail, the borders, a repeating pattern), NaN, a
 factor, a transpose or a shift, an index outside an array, a kernel that does not compile, an
 output written by host code rather than by a kernel.
 
+An exercise about performance also declares what a correct kernel's memory accesses must look
+like (``expect``: coalesced, each input read once, no bank conflicts). In the simulator the checker
+then counts every access (``accesses.py``) and fails a correct kernel that misses one, saying why;
+it reports races on shared memory (a missing ``cuda.syncthreads()``) too. On a GPU it checks the
+results only, and says so.
+
 A chapter registers its exercises in ``kernels/<chapter>/exercises.py`` under the label of the
 notebook's ``{exercise}`` directive; a notebook cell (or a teacher grading files) then runs::
 
@@ -25,14 +31,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from . import device, submission
+from . import accesses, device, submission
 from .cuda_cpp import KERNELS
 from .check import compare, poison_value, to_host
 
@@ -50,6 +56,7 @@ class Exercise:
     ``reference(*inputs)`` the expected output in float64; ``solution`` is the published
     ``launch``; ``wrong`` maps a name to ``(launch, words)``: deliberately wrong kernels whose
     report must contain ``words`` -- the tests run both, proving the checker can fail and explain.
+    ``expect`` names what the accesses of a correct kernel must also be (``accesses.EXPECTATIONS``).
     """
     label: str
     task: str
@@ -61,10 +68,11 @@ class Exercise:
     rtol: float | None = None
     out_dtype: type = np.float32
     wrong: dict = field(default_factory=dict)
+    expect: tuple = ()
 
     def check(self, launch: Callable, rng: np.random.Generator | None = None) -> "Report":
         return check_kernel(launch, self.reference, self.make_inputs, sizes=self.sizes, atol=self.atol,
-                            rtol=self.rtol, out_dtype=self.out_dtype, name=self.label, rng=rng)
+                            rtol=self.rtol, out_dtype=self.out_dtype, name=self.label, rng=rng, expect=self.expect)
 
 
 @dataclass
@@ -85,6 +93,8 @@ def register(ex: Exercise) -> Exercise:
         raise ValueError(f"exercise label {ex.label!r} must read '<chapter>-ex-<name>', like the notebook's")
     if not ex.sizes:
         raise ValueError(f"{ex.label}: name at least one size to check")
+    if set(ex.expect) - set(accesses.EXPECTATIONS):
+        raise ValueError(f"{ex.label}: expect must be among {list(accesses.EXPECTATIONS)}, got {list(ex.expect)}")
     _REGISTRY[ex.label] = ex
     return ex
 
@@ -120,26 +130,35 @@ def check(exercise: str | Exercise, launch: Callable) -> Report:
 
 def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *, sizes, atol: float,
                  rtol: float | None = None, out_dtype=np.float32, name: str = "kernel",
-                 rng: np.random.Generator | None = None, device_only: bool = True) -> Report:
+                 rng: np.random.Generator | None = None, device_only: bool = True, expect=()) -> Report:
     """Run ``launch(out, *inputs)`` at every size and compare ``out`` with ``reference(*inputs)``.
 
     Stops at the first size that fails and explains that failure. The verdict lines name the sizes
     and tolerances but no measured error, so they read the same on a GPU and in the simulator.
     ``device_only=False`` lets host code fill ``out``: for the checker's own tests, whose host-side
-    launches stand in for a kernel's mistakes.
+    launches stand in for a kernel's mistakes. With ``expect`` (``accesses.EXPECTATIONS``), the
+    simulator also counts the accesses and fails a kernel that misses one.
     """
     rng = rng or np.random.default_rng()
     bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
     lines = []
+    counted = []
     for size in sizes:
         inputs = tuple(make_inputs(rng, size))
         want = np.asarray(reference(*inputs), dtype=np.float64)
-        problems = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only)
+        problems, counts = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only,
+                                            expect)
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
             lines += [f"  - {p}" for p in problems]
             return Report(name, False, lines)
         lines.append(f"pass  {name} size={size}")
+        counted += [counts] if counts else []
+    if expect and counted:
+        lines.append("  " + accesses.summary(counted, expect))
+    elif expect:
+        lines.append(f"  note: the accesses ({', '.join(expect)}) are counted in the simulator only "
+                     "(NUMBA_ENABLE_CUDASIM=1); on a GPU only the results were checked")
     lines.append(f"PASS  {name}: {len(sizes)} sizes, {bound}")
     return Report(name, True, lines)
 
@@ -245,9 +264,10 @@ class _KernelWrites:
         return None
 
 
-def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only):
-    """Run the student's launch on guarded copies; returns (out, out_buf, in_bufs, problem), where
-    ``problem`` is a sentence for an exception or for an output that no kernel wrote."""
+def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only, record=False):
+    """Run the student's launch on guarded copies; returns (out, out_buf, in_bufs, problem, counts), where
+    ``problem`` is a sentence for an exception or for an output that no kernel wrote, and ``counts`` the
+    accesses counted where ``record`` (in the simulator), else None."""
     args, in_bufs = [], []
     for x in inputs:
         if isinstance(x, np.ndarray):
@@ -261,21 +281,24 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only):
     out, out_buf = _guarded(None, want_shape, out_dtype, fill, guard=_sentinel_value(out_dtype))
     writes = _KernelWrites(out_buf)
     try:
-        with writes.watching():
+        with writes.watching(), accesses.recording() if record else nullcontext() as log:
             returned = launch(out, *args)
     except Exception as exc:  # noqa: BLE001 -- whatever the student's code raises is explained, not re-raised
-        return out, out_buf, in_bufs, explain_exception(exc)
+        return out, out_buf, in_bufs, explain_exception(exc), None
+    counts = accesses.Counts(log) if record else None
     if hasattr(returned, "shape") and returned is not out:
         return out, out_buf, in_bufs, ("`launch` returned an array instead of filling `out`: the checker "
-                                       "grades `out`, which a kernel must write")
-    return out, out_buf, in_bufs, writes.problem() if device_only else None
+                                       "grades `out`, which a kernel must write"), counts
+    return out, out_buf, in_bufs, writes.problem() if device_only else None, counts
 
 
-def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only) -> list[str]:
-    got, out_buf, in_bufs, problem = _launch_once(launch, inputs, want.shape, out_dtype, poison_value(out_dtype),
-                                                  device_only)
+def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
+    """The problems found at one size (sentences; none if it passed) and the accesses counted, if any."""
+    got, out_buf, in_bufs, problem, counts = _launch_once(launch, inputs, want.shape, out_dtype,
+                                                          poison_value(out_dtype), device_only,
+                                                          record=bool(expect) and not device.on_gpu())
     if problem is not None:
-        return [problem]
+        return [problem], counts
     problems = []
     n = want.size
     tail = to_host(out_buf)[n:]
@@ -297,17 +320,19 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only) -
     got_host = to_host(got)
     result = compare(got_host, want, atol=atol, rtol=rtol)
     if result.ok:
-        return problems
+        return problems + (accesses.problems(counts, expect) if counts else []), counts
+    # A race on shared memory explains wrong values: say it first.
+    problems += accesses.problems(counts) if counts else []
     unwritten = None
     if result.n_nonfinite:
         # Run again with a finite second poison: what still holds it was never written at all.
-        again, _, _, problem = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype),
-                                            device_only)
+        again, _, _, problem, _ = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype),
+                                               device_only)
         if problem is None:
             unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
     return problems + (explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten)
-                       or [result.reason()])
+                       or [result.reason()]), counts
 
 
 def _equal(a: np.ndarray, value) -> np.ndarray:

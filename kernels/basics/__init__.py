@@ -1,0 +1,1 @@
+"""Kernels of chapter 0, "Your first kernels": the worked examples and the auto-checked exercises."""
