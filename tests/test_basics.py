@@ -229,3 +229,22 @@ def test_published_solutions_pass_on_the_gpu(rng):
     """The chapter's memcheck cell runs this file under compute-sanitizer: every solution, on the GPU."""
     for e in BASICS:
         assert e.check(SOLUTIONS[e.label].solution, rng=rng).ok, e.label
+
+
+@needs_solutions
+def test_the_notebook_shows_each_published_solution_from_solutions_py():
+    """Each {solution} of the chapter includes its code from kernels/basics/solutions.py, between markers there."""
+    import json
+    import re
+    root = exercise.KERNELS.parent
+    markdown = "\n".join("".join(c["source"]) for c in json.loads((root / "notebooks" / "00_first_kernels.ipynb")
+                                                                    .read_text())["cells"])
+    shown = re.findall(r'\{solution\} ([\w-]+)\n:class: dropdown\n```\{literalinclude\} \.\./(\S+)\n'
+                       r':language: python\n:start-after: "(.+)"\n:end-before: "(.+)"\n', markdown)
+    assert {label for label, *_ in shown} == set(SOLUTIONS)
+    for label, path, after, before in shown:
+        assert path == "kernels/basics/solutions.py", f"{label}: its solution is included from {path}"
+        text = (root / path).read_text()
+        assert after in text and before in text.split(after, 1)[1], f"{label}: markers missing from {path}"
+        code = text.split(after, 1)[1].split(before, 1)[0]
+        assert f"def {SOLUTIONS[label].solution.__name__}(" in code, f"{label}: the solution shown is not its launch"
