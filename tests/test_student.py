@@ -127,9 +127,9 @@ def test_edition_is_the_repository_with_every_notebook(edition):
     assert not (edition / ".git").exists() and not (edition / "build").exists()
 
 
-def defined(folder: Path) -> set:
-    """The names of the functions that the Python files under ``folder`` define at their top level."""
-    return {node.name for path in folder.rglob("*.py") for node in ast.parse(path.read_text()).body
+def defined(paths) -> set:
+    """The names of the functions that the Python files at ``paths`` define at their top level."""
+    return {node.name for path in paths for node in ast.parse(path.read_text()).body
             if isinstance(node, ast.FunctionDef)}
 
 
@@ -137,10 +137,9 @@ def defined(folder: Path) -> set:
 @pytest.mark.skipif(not SOLUTION_FILES, reason="the student edition: no solutions.py to leave out")
 def test_edition_has_no_published_solution(edition):
     assert not list(edition.rglob("solutions.py"))
-    solutions = {node.name for path in SOLUTION_FILES for node in ast.parse(path.read_text()).body
-                 if isinstance(node, ast.FunctionDef)}
+    solutions = defined(SOLUTION_FILES)
     assert {sol.solution.__name__ for sol in exercise.all_solutions().values()} <= solutions
-    assert not solutions & defined(edition / "kernels"), "a kernel file of the edition defines a solution's function"
+    assert not solutions & defined((edition / "kernels").rglob("*.py")), "a kernel file of the edition defines a solution's function"
 
 
 @from_git
