@@ -40,14 +40,14 @@ def test_each_chapter_with_exercises_is_discovered_under_its_notebook_labels():
 
 @pytest.mark.parametrize("label", list(SOLUTIONS))
 def test_published_solution_passes(label, rng):
-    report = exercise.get(label).check(exercise.solutions(label).solution, rng=rng)
+    report = exercise.get(label).check(SOLUTIONS[label].solution, rng=rng)
     assert report.ok, str(report)
     assert report.lines[-1].startswith(f"PASS  {label}")
 
 
 @pytest.mark.parametrize("label,name", WRONG)
 def test_wrong_kernel_fails_and_says_why(label, name, rng):
-    launch, words = exercise.solutions(label).wrong[name]
+    launch, words = SOLUTIONS[label].wrong[name]
     report = exercise.get(label).check(launch, rng=rng)
     assert not report.ok, f"{name!r} passed the checker of {label}"
     assert words in str(report), str(report)

@@ -143,20 +143,9 @@ def all_exercises() -> list[Exercise]:
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 
-def solutions(label: str) -> Solutions:
-    """The published solution and wrong kernels of exercise ``label``, importing its chapter's
-    ``solutions`` module on first use: a KeyError where there is none, as in the student edition."""
-    chapter = get(label).label.split("-ex-")[0]
-    if chapter in _chapters_with("solutions"):
-        importlib.import_module(f"kernels.{chapter}.solutions")
-    if label not in _SOLUTIONS:
-        raise KeyError(f"{label}: no published solution; kernels/{chapter}/solutions.py (absent from the student "
-                       "edition) attaches them")
-    return _SOLUTIONS[label]
-
-
 def all_solutions() -> dict[str, Solutions]:
-    """Every published solution, by label: empty in the student edition, which has no ``solutions.py``."""
+    """Every published solution, by label, importing the chapters' ``solutions`` modules on first use:
+    empty in the student edition, which has none."""
     for chapter in _chapters_with("solutions"):
         importlib.import_module(f"kernels.{chapter}.solutions")
     return dict(sorted(_SOLUTIONS.items()))
