@@ -12,13 +12,15 @@ build/student.zip holds the same folder, to hand out. In a notebook it removes
   number, and the formula that gives it, would otherwise stay in the code and its stored outputs.
 
 The exercises stay, with their ``exercise.check(...)`` lines; the other outputs stay too (the reference
-GPU's results). The checker's own kernels/<chapter>/exercises.py still holds the published solutions
-of the auto-checked exercises: it needs them, and book/teachers.md says so.
+GPU's results). The edition leaves out kernels/<chapter>/solutions.py, the published solutions and
+wrong kernels of the auto-checked exercises: the checker grades without them (exercises.py), and the
+tests that run them skip.
 """
 from __future__ import annotations
 
 import ast
 import copy
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -37,6 +39,7 @@ OUT = ROOT / "build" / "student"
 SOLUTION = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}.*?^(?P=fence)[ \t]*(?:\n|\Z)", re.M | re.S)
 GLUE_NAME = re.compile(r"\{glue(?::\w+)?\}[` ]\s*([\w-]+)")
 DROPPED_TAGS = {"injected-parameters"}
+LEFT_OUT = "kernels/*/solutions.py"  # tracked files the edition does not copy
 
 
 def _glue_pattern(arg: ast.expr) -> re.Pattern | None:
@@ -106,8 +109,8 @@ def student_notebook(nb: dict) -> dict:
 
 
 def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
-    """Copy ``root``'s tracked files into ``out`` (a fresh folder), every notebooks/*.ipynb as its
-    student edition; return the notebooks written."""
+    """Copy ``root``'s tracked files but LEFT_OUT into ``out`` (a fresh folder), every notebooks/*.ipynb
+    as its student edition; return the notebooks written."""
     if not (root / ".git").exists():    # inside a checkout, git would list the enclosing repository's files
         raise SystemExit(f"{root} is not a git checkout: the student edition copies its tracked files")
     tracked = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True,
@@ -115,7 +118,7 @@ def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     notebooks = sorted(root.glob("notebooks/*.ipynb"))
     for name in tracked:
         source = root / name
-        if name and source.is_file() and source not in notebooks:
+        if name and source.is_file() and source not in notebooks and not fnmatch.fnmatch(name, LEFT_OUT):
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, out / name)
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
@@ -132,7 +135,7 @@ def main() -> int:
     print(f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
           f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
           "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
-          "kernels/*/exercises.py still holds the auto-checker's published solutions.")
+          f"Left out: {LEFT_OUT}, the auto-checked exercises' published solutions.")
     return 0
 
 

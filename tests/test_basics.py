@@ -10,6 +10,8 @@ from numba import cuda  # after the harness: it picks the simulator
 
 simulator_only = pytest.mark.skipif(device.on_gpu(), reason="the recorder watches simulated kernels only")
 BASICS = [e for e in exercise.all_exercises() if e.label.startswith("basics-ex-")]
+SOLUTIONS = {label: sol for label, sol in exercise.all_solutions().items() if label.startswith("basics-ex-")}
+needs_solutions = pytest.mark.skipif(not SOLUTIONS, reason="the student edition has no kernels/basics/solutions.py")
 
 
 # --- the worked kernels ----------------------------------------------------------------------------
@@ -112,8 +114,8 @@ def test_bad_input_is_named(call, error, match):
 
 def test_an_unknown_expectation_is_refused_at_registration():
     with pytest.raises(ValueError, match="expect must be among"):
-        exercise.register(exercise.Exercise("basics-ex-nothing", "", lambda rng, n: (), lambda: 0, lambda out: None,
-                                            sizes=(1,), atol=0, expect=("fast",)))
+        exercise.register(exercise.Exercise("basics-ex-nothing", "", lambda rng, n: (), lambda: 0, sizes=(1,), atol=0,
+                                            expect=("fast",)))
 
 
 # --- the recorder on simulated kernels ---------------------------------------------------------------
@@ -155,8 +157,9 @@ def test_a_missing_barrier_is_a_race_and_the_barrier_removes_it():
 
 
 @simulator_only
+@needs_solutions
 def test_reads_per_element_counts_every_thread():
-    counts = accesses.count(lambda: exercise.get("basics-ex-stencil").wrong[
+    counts = accesses.count(lambda: SOLUTIONS["basics-ex-stencil"].wrong[
         "every thread reads its three inputs from global memory"][0](np.zeros(70, np.float32),
                                                                     np.ones(70, np.float32)))
     assert counts.reads_per_element() == {"x": (70 * 3 - 2, 70)}
@@ -186,14 +189,16 @@ def test_recording_puts_the_simulator_back():
 
 # --- the checker's hints for the chapter's mistakes ----------------------------------------------------
 
+@needs_solutions
 def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint():
-    assert len(BASICS) >= 10 and all(e.wrong for e in BASICS)
-    words = {w for e in BASICS for _, w in e.wrong.values()}
+    assert len(BASICS) >= 10 and set(SOLUTIONS) == {e.label for e in BASICS}
+    words = {w for sol in SOLUTIONS.values() for _, w in sol.wrong.values()}
     assert {"never written", "outside an array", "uncoalesced", "redundant global reads", "race",
             "bank conflicts"} <= words
 
 
 @simulator_only
+@needs_solutions
 @pytest.mark.parametrize("label, mistake, said", [
     ("basics-ex-guard", "off-by-one bounds check", "a missing bounds check"),
     ("basics-ex-map-2d", "x and y swapped", "the reads of `x` need 5.0 sectors of 32 bytes per warp access "
@@ -207,19 +212,39 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
     ("basics-ex-banks", "a (32, 32) tile read by columns", "up to 32 lanes of a warp hit different words of one bank"),
 ])
 def test_the_hint_names_the_array_and_the_cost(label, mistake, said, rng):
-    ex_ = exercise.get(label)
-    report = ex_.check(ex_.wrong[mistake][0], rng=rng)
+    report = exercise.get(label).check(SOLUTIONS[label].wrong[mistake][0], rng=rng)
     assert not report.ok and said in str(report), str(report)
 
 
 @simulator_only
+@needs_solutions
 def test_a_passing_report_says_what_the_accesses_cost(rng):
-    report = exercise.get("basics-ex-stencil").check(exercise.get("basics-ex-stencil").solution, rng=rng)
+    report = exercise.get("basics-ex-stencil").check(SOLUTIONS["basics-ex-stencil"].solution, rng=rng)
     assert report.ok and report.lines[-2].startswith("  accesses (counted in the simulator): global sectors at most")
 
 
 @pytest.mark.gpu
+@needs_solutions
 def test_published_solutions_pass_on_the_gpu(rng):
     """The chapter's memcheck cell runs this file under compute-sanitizer: every solution, on the GPU."""
     for e in BASICS:
-        assert e.check(e.solution, rng=rng).ok, e.label
+        assert e.check(SOLUTIONS[e.label].solution, rng=rng).ok, e.label
+
+
+@needs_solutions
+def test_the_notebook_shows_each_published_solution_from_solutions_py():
+    """Each {solution} of the chapter includes its code from kernels/basics/solutions.py, between markers there."""
+    import json
+    import re
+    root = exercise.KERNELS.parent
+    markdown = "\n".join("".join(c["source"]) for c in json.loads((root / "notebooks" / "00_first_kernels.ipynb")
+                                                                    .read_text())["cells"])
+    shown = re.findall(r'\{solution\} ([\w-]+)\n:class: dropdown\n```\{literalinclude\} \.\./(\S+)\n'
+                       r':language: python\n:start-after: "(.+)"\n:end-before: "(.+)"\n', markdown)
+    assert {label for label, *_ in shown} == set(SOLUTIONS)
+    for label, path, after, before in shown:
+        assert path == "kernels/basics/solutions.py", f"{label}: its solution is included from {path}"
+        text = (root / path).read_text()
+        assert after in text and before in text.split(after, 1)[1], f"{label}: markers missing from {path}"
+        code = text.split(after, 1)[1].split(before, 1)[0]
+        assert f"def {SOLUTIONS[label].solution.__name__}(" in code, f"{label}: the solution shown is not its launch"

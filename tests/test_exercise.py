@@ -6,13 +6,20 @@ from kernels.harness import device, exercise
 from numba import cuda  # after the harness: it picks the simulator
 
 EXERCISES = exercise.all_exercises()
-WRONG = [(ex.label, name) for ex in EXERCISES for name in ex.wrong]
+SOLUTIONS = exercise.all_solutions()  # none in the student edition: the tests that run them are skipped
+WRONG = [(label, name) for label, sol in SOLUTIONS.items() for name in sol.wrong]
+needs_solutions = pytest.mark.skipif(not SOLUTIONS, reason="the student edition has no kernels/*/solutions.py")
 
 
-def test_chapters_register_exercises_with_wrong_kernels():
+def test_chapters_register_exercises():
     assert EXERCISES, "no chapter registers an auto-checked exercise"
-    assert all(ex.wrong for ex in EXERCISES), "every exercise needs a wrong kernel that proves it can fail"
     assert {ex.label.split("-ex-")[0] for ex in EXERCISES} <= {p for p in exercise._chapters_with_exercises()}
+
+
+@needs_solutions
+def test_every_exercise_has_a_published_solution_and_wrong_kernels():
+    assert set(SOLUTIONS) == {ex.label for ex in EXERCISES}
+    assert all(sol.wrong for sol in SOLUTIONS.values()), "every exercise needs a wrong kernel that proves it can fail"
 
 
 def test_each_chapter_with_exercises_is_discovered_under_its_notebook_labels():
@@ -31,27 +38,28 @@ def test_each_chapter_with_exercises_is_discovered_under_its_notebook_labels():
     assert registered <= labels, f"registered without an {{exercise}} directive: {sorted(registered - labels)}"
 
 
-@pytest.mark.parametrize("label", [ex.label for ex in EXERCISES])
+@pytest.mark.parametrize("label", list(SOLUTIONS))
 def test_published_solution_passes(label, rng):
-    report = exercise.get(label).check(exercise.get(label).solution, rng=rng)
+    report = exercise.get(label).check(SOLUTIONS[label].solution, rng=rng)
     assert report.ok, str(report)
     assert report.lines[-1].startswith(f"PASS  {label}")
 
 
 @pytest.mark.parametrize("label,name", WRONG)
 def test_wrong_kernel_fails_and_says_why(label, name, rng):
-    ex = exercise.get(label)
-    launch, words = ex.wrong[name]
-    report = ex.check(launch, rng=rng)
+    launch, words = SOLUTIONS[label].wrong[name]
+    report = exercise.get(label).check(launch, rng=rng)
     assert not report.ok, f"{name!r} passed the checker of {label}"
     assert words in str(report), str(report)
 
 
 @pytest.mark.gpu
+@needs_solutions
 def test_solutions_pass_and_wrong_kernels_fail_on_the_gpu(rng):
-    for ex in EXERCISES:
-        assert ex.check(ex.solution, rng=rng).ok
-        for name, (launch, words) in ex.wrong.items():
+    for label, sol in SOLUTIONS.items():
+        ex = exercise.get(label)
+        assert ex.check(sol.solution, rng=rng).ok
+        for name, (launch, words) in sol.wrong.items():
             report = ex.check(launch, rng=rng)
             assert not report.ok and words in str(report), f"{ex.label} / {name}: {report}"
 
@@ -314,6 +322,16 @@ def test_registry_rejects_bad_and_duplicate_labels():
         exercise.register(exercise.Exercise(**{**vars(ex), "label": "saxpy"}))
     with pytest.raises(KeyError, match="registered: "):
         exercise.get("machine-ex-nonexistent")
+
+
+def test_solutions_attach_to_a_registered_exercise_once_with_a_wrong_kernel():
+    with pytest.raises(KeyError, match="no auto-checked exercise 'machine-ex-nonexistent'"):
+        exercise.attach("machine-ex-nonexistent", solution=print, wrong={"none": (print, "")})
+    with pytest.raises(ValueError, match="name at least one wrong kernel"):
+        exercise.attach(EXERCISES[0].label, solution=print, wrong={})
+    for label, sol in SOLUTIONS.items():
+        with pytest.raises(ValueError, match="attached twice"):
+            exercise.attach(label, solution=sol.solution, wrong=sol.wrong)
 
 
 SUBMISSION = """

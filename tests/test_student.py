@@ -2,7 +2,9 @@
 valid notebooks; and every {solution} of the book stays collapsed behind a dropdown."""
 import ast
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,10 +104,20 @@ def solution_lines(nb) -> set:
     return {line for line in lines if len(line) > 8 and not line.startswith(":") and line not in rest}
 
 
-@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="the student edition is made from a git checkout")
-def test_edition_is_the_repository_with_every_notebook(tmp_path):
-    edition = tmp_path / "student"
-    student_edition.write_edition(edition)
+from_git = pytest.mark.skipif(not (ROOT / ".git").exists(), reason="the student edition is made from a git checkout")
+SOLUTION_FILES = sorted(ROOT.glob("kernels/*/solutions.py"))
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory):
+    """The student edition of this checkout, written once for the tests below."""
+    out = tmp_path_factory.mktemp("edition") / "student"
+    student_edition.write_edition(out)
+    return out
+
+
+@from_git
+def test_edition_is_the_repository_with_every_notebook(edition):
     for path in NOTEBOOKS:
         written = nbformat.read(edition / "notebooks" / path.name, as_version=4)
         assert written == nbformat.from_dict(student_notebook(nbformat.read(path, as_version=4)))
@@ -113,6 +125,38 @@ def test_edition_is_the_repository_with_every_notebook(tmp_path):
     assert (edition / "kernels" / "harness" / "exercise.py").is_file() and (edition / "Makefile").is_file()
     assert list((edition / "data" / "results").rglob("*.csv")), "the chapters read the stored results"
     assert not (edition / ".git").exists() and not (edition / "build").exists()
+
+
+def defined(paths) -> set:
+    """The names of the functions that the Python files at ``paths`` define at their top level."""
+    return {node.name for path in paths for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef)}
+
+
+@from_git
+@pytest.mark.skipif(not SOLUTION_FILES, reason="the student edition: no solutions.py to leave out")
+def test_edition_has_no_published_solution(edition):
+    assert not list(edition.rglob("solutions.py"))
+    solutions = defined(SOLUTION_FILES)
+    assert {sol.solution.__name__ for sol in exercise.all_solutions().values()} <= solutions
+    assert not solutions & defined((edition / "kernels").rglob("*.py")), "a kernel file of the edition defines a solution's function"
+
+
+@from_git
+@pytest.mark.skipif(not SOLUTION_FILES, reason="the student edition: no solutions.py to leave out")
+def test_edition_grades_without_the_solutions(edition, tmp_path):
+    """In the edition the checker grades a file, and no solution is registered: the published one, handed
+    in as a student's file, passes there."""
+    handed_in = tmp_path / "saxpy.py"
+    handed_in.write_text((ROOT / "kernels" / "machine" / "solutions.py").read_text() + "\nlaunch = launch_saxpy\n")
+    env = {**os.environ, "PYTHONPATH": str(edition)}
+    listed = subprocess.run([sys.executable, "-c", "from kernels.harness import exercise\n"
+                             "print(len(exercise.all_exercises()), len(exercise.all_solutions()))"],
+                            cwd=edition, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert listed == [str(len(exercise.all_exercises())), "0"]
+    graded = subprocess.run([sys.executable, "-m", "kernels.harness.exercise", "check", "machine-ex-saxpy",
+                             str(handed_in)], cwd=edition, env=env, capture_output=True, text=True)
+    assert graded.returncode == 0 and "PASS  machine-ex-saxpy" in graded.stdout, graded.stdout + graded.stderr
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -17,7 +17,10 @@ it reports races on shared memory (a missing ``cuda.syncthreads()``) too. On a G
 results only, and says so.
 
 A chapter registers its exercises in ``kernels/<chapter>/exercises.py`` under the label of the
-notebook's ``{exercise}`` directive; a notebook cell (or a teacher grading files) then runs::
+notebook's ``{exercise}`` directive: what grading needs, and no answer. Its ``solutions.py`` attaches
+the published solution and deliberately wrong kernels to them, for the book's tests; the student
+edition leaves that file out, and nothing here needs it to grade. A notebook cell (or a teacher
+grading files) then runs::
 
     from kernels.harness import exercise
     exercise.check("machine-ex-saxpy", launch)
@@ -32,7 +35,7 @@ import argparse
 import importlib
 import sys
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -46,6 +49,7 @@ from .check import compare, poison_value, to_host
 # (or reads) here instead of into another allocation, where the damage would go unseen.
 GUARD = 1024
 _REGISTRY: dict[str, "Exercise"] = {}
+_SOLUTIONS: dict[str, "Solutions"] = {}
 
 
 @dataclass(frozen=True)
@@ -53,26 +57,31 @@ class Exercise:
     """One auto-checked exercise.
 
     ``make_inputs(rng, size)`` returns the arguments after ``out`` (host NumPy arrays or scalars);
-    ``reference(*inputs)`` the expected output in float64; ``solution`` is the published
-    ``launch``; ``wrong`` maps a name to ``(launch, words)``: deliberately wrong kernels whose
-    report must contain ``words`` -- the tests run both, proving the checker can fail and explain.
-    ``expect`` names what the accesses of a correct kernel must also be (``accesses.EXPECTATIONS``).
+    ``reference(*inputs)`` the expected output in float64. ``expect`` names what the accesses of a
+    correct kernel must also be (``accesses.EXPECTATIONS``).
     """
     label: str
     task: str
     make_inputs: Callable
     reference: Callable
-    solution: Callable
     sizes: tuple
     atol: float
     rtol: float | None = None
     out_dtype: type = np.float32
-    wrong: dict = field(default_factory=dict)
     expect: tuple = ()
 
     def check(self, launch: Callable, rng: np.random.Generator | None = None) -> "Report":
         return check_kernel(launch, self.reference, self.make_inputs, sizes=self.sizes, atol=self.atol,
                             rtol=self.rtol, out_dtype=self.out_dtype, name=self.label, rng=rng, expect=self.expect)
+
+
+@dataclass(frozen=True)
+class Solutions:
+    """An exercise's published ``launch``, and ``wrong``: a name for each deliberately wrong ``launch``,
+    mapped to ``(launch, words)``, words its report must contain. The tests run both, proving the
+    checker can pass, fail and explain."""
+    solution: Callable
+    wrong: dict
 
 
 @dataclass
@@ -99,8 +108,22 @@ def register(ex: Exercise) -> Exercise:
     return ex
 
 
+def attach(label: str, solution: Callable, wrong: dict) -> None:
+    """Attach the published solution and the wrong kernels (``Solutions``) to exercise ``label``."""
+    get(label)
+    if not wrong:
+        raise ValueError(f"{label}: name at least one wrong kernel, to prove the checker can fail it")
+    if label in _SOLUTIONS:
+        raise ValueError(f"{label}: solutions attached twice")
+    _SOLUTIONS[label] = Solutions(solution, dict(wrong))
+
+
+def _chapters_with(module: str) -> list[str]:
+    return sorted(p.parent.name for p in KERNELS.glob(f"*/{module}.py"))
+
+
 def _chapters_with_exercises() -> list[str]:
-    return sorted(p.parent.name for p in KERNELS.glob("*/exercises.py"))
+    return _chapters_with("exercises")
 
 
 def get(label: str) -> Exercise:
@@ -118,6 +141,14 @@ def all_exercises() -> list[Exercise]:
     for chapter in _chapters_with_exercises():
         importlib.import_module(f"kernels.{chapter}.exercises")
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def all_solutions() -> dict[str, Solutions]:
+    """Every published solution, by label, importing the chapters' ``solutions`` modules on first use:
+    empty in the student edition, which has none."""
+    for chapter in _chapters_with("solutions"):
+        importlib.import_module(f"kernels.{chapter}.solutions")
+    return dict(sorted(_SOLUTIONS.items()))
 
 
 def check(exercise: str | Exercise, launch: Callable) -> Report:
