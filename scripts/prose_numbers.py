@@ -10,6 +10,7 @@ a number copied from a run older than the committed one. Numbers are compared as
 rounded as prose rounds them), not converted to other units, so this helps the re-read of every
 quoted number after a rerun; it does not replace it. Exit status 1 when anything is listed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ def prose_numbers(nb: dict):
         for match in NUMBER.finditer(text):
             number = match.group().replace(",", "")
             if sum(ch.isdigit() for ch in number) >= 2:
-                context = text[max(0, match.start() - 60):match.end() + 30].replace("\n", " ")
+                context = text[max(0, match.start() - 60) : match.end() + 30].replace("\n", " ")
                 yield index, number, context
 
 
@@ -76,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.unmatched:
         rows = unmatched(new)
     else:
-        path = args.notebook.resolve()   # REV:./name is the file at REV, relative to the working directory
-        shown = subprocess.run(["git", "show", f"{args.against}:./{path.name}"], cwd=path.parent,
-                               capture_output=True, text=True)
+        path = args.notebook.resolve()  # REV:./name is the file at REV, relative to the working directory
+        shown = subprocess.run(
+            ["git", "show", f"{args.against}:./{path.name}"], cwd=path.parent, capture_output=True, text=True
+        )
         if shown.returncode:
             print(f"no {args.notebook} at {args.against}: {shown.stderr.strip()}", file=sys.stderr)
             return 2

@@ -15,6 +15,7 @@ The exercises stay, with their ``exercise.check(...)`` lines; the other outputs 
 GPU's results). The checker's own kernels/<chapter>/exercises.py still holds the published solutions
 of the auto-checked exercises: it needs them, and book/teachers.md says so.
 """
+
 from __future__ import annotations
 
 import ast
@@ -96,9 +97,12 @@ def student_notebook(nb: dict) -> dict:
             source = re.sub(r"\n{3,}", "\n\n", SOLUTION.sub("", source)).strip("\n")
         elif cell["cell_type"] == "code" and hidden:
             source = _without_glues(source, names, hidden)
-            cell["outputs"] = [o for o in cell.get("outputs", [])
-                               if o.get("metadata", {}).get("scrapbook", {}).get("name") not in hidden]
-        if source.strip() or not "".join(cell["source"]).strip():    # a cell emptied here goes
+            cell["outputs"] = [
+                o
+                for o in cell.get("outputs", [])
+                if o.get("metadata", {}).get("scrapbook", {}).get("name") not in hidden
+            ]
+        if source.strip() or not "".join(cell["source"]).strip():  # a cell emptied here goes
             cell["source"] = source
             cells.append(cell)
     nb["cells"] = cells
@@ -108,10 +112,11 @@ def student_notebook(nb: dict) -> dict:
 def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     """Copy ``root``'s tracked files into ``out`` (a fresh folder), every notebooks/*.ipynb as its
     student edition; return the notebooks written."""
-    if not (root / ".git").exists():    # inside a checkout, git would list the enclosing repository's files
+    if not (root / ".git").exists():  # inside a checkout, git would list the enclosing repository's files
         raise SystemExit(f"{root} is not a git checkout: the student edition copies its tracked files")
-    tracked = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True,
-                             check=True).stdout.split("\0")
+    tracked = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     notebooks = sorted(root.glob("notebooks/*.ipynb"))
     for name in tracked:
         source = root / name
@@ -121,7 +126,7 @@ def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     for path in notebooks:
         nb = nbformat.from_dict(student_notebook(nbformat.read(path, as_version=4)))
-        nbformat.write(nb, out / "notebooks" / path.name)    # validates
+        nbformat.write(nb, out / "notebooks" / path.name)  # validates
     return notebooks
 
 
@@ -129,10 +134,12 @@ def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     notebooks = write_edition(OUT)
     archive = shutil.make_archive(str(OUT), "zip", root_dir=OUT.parent, base_dir=OUT.name)
-    print(f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
-          f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
-          "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
-          "kernels/*/exercises.py still holds the auto-checker's published solutions.")
+    print(
+        f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
+        f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
+        "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
+        "kernels/*/exercises.py still holds the auto-checker's published solutions."
+    )
     return 0
 
 

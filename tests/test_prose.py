@@ -1,5 +1,6 @@
 """The chapters' prose follows the run: no measured number typed into Markdown, no commit hash, every glue
 the Markdown quotes stored in the notebook, and no machine path or stray warning among the outputs."""
+
 import json
 import re
 from pathlib import Path
@@ -11,13 +12,14 @@ from kernels.harness import glue
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-UNIT = (r"(?:ms|µs|us|ns|TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|TB/s|GB/s|MB/s|GiB/s|cycles?|MHz|GHz|%|x|×"
-        r"|KB|MB|GB|KiB|MiB|registers?)")
+UNIT = (
+    r"(?:ms|µs|us|ns|TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|TB/s|GB/s|MB/s|GiB/s|cycles?|MHz|GHz|%|x|×"
+    r"|KB|MB|GB|KiB|MiB|registers?)"
+)
 # A number and its unit (a shape such as 32 x 8 counts too: write it as math, $32 \times 8$).
 NUMBER = re.compile(r"(?<![\w.`{])(\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?)\s?" + UNIT + r"(?![\w])")
 # What the prose may quote without a glue role: code spans, math, links, and roles such as {glue:text}.
-NOT_PROSE = re.compile(r"\{[\w:-]+\}`[^`]*`|```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$|https?://\S+|\]\([^)]*\)",
-                       re.S)
+NOT_PROSE = re.compile(r"\{[\w:-]+\}`[^`]*`|```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$|https?://\S+|\]\([^)]*\)", re.S)
 COMMIT = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,12}(?![\w/.-])")
 GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")
 
@@ -43,8 +45,10 @@ def typed_numbers(text: str, allowed=frozenset()) -> list[str]:
 
 
 def test_the_checker_finds_what_a_reader_would_call_typed():
-    text = ("V4 took 0.43 ms, 1.8x V3 and 12% of the floor at 3,003 GB/s; a 32 x 8 block on sm_90; "
-            "{glue:text}`v4_ms:.3f` ms; `0.5 ms` in code; $2 \\times 4$ KB.")
+    text = (
+        "V4 took 0.43 ms, 1.8x V3 and 12% of the floor at 3,003 GB/s; a 32 x 8 block on sm_90; "
+        "{glue:text}`v4_ms:.3f` ms; `0.5 ms` in code; $2 \\times 4$ KB."
+    )
     assert typed_numbers(text) == ["0.43 ms", "1.8x", "12%", "3,003 GB/s", "32 x"]
     assert COMMIT.findall("at d7ab087 and 1c2327e, not in 2160x3840 or deadbeef") == ["d7ab087", "1c2327e"]
 
@@ -54,7 +58,8 @@ def test_prose_has_no_typed_measurement(path):
     found = typed_numbers(markdown(path), ALLOWED.get(path.stem, set()))
     if path.stem in PENDING:
         assert len(found) <= PENDING[path.stem], (
-            f"{path.name}: {len(found)} typed numbers, more than the {PENDING[path.stem]} left to glue")
+            f"{path.name}: {len(found)} typed numbers, more than the {PENDING[path.stem]} left to glue"
+        )
     else:
         assert not found, f"{path.name} types numbers the run measures; glue them: {found}"
 

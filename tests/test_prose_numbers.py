@@ -1,4 +1,5 @@
 """scripts/prose_numbers.py: after a rerun, the numbers the prose quotes that the run moved."""
+
 import json
 import subprocess
 import sys

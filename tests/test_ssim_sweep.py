@@ -1,4 +1,5 @@
 """scripts/ssim_sweep.py: the source rewrites behind each variant (the sweep itself needs a GPU)."""
+
 import re
 import sys
 from pathlib import Path

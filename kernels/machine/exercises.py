@@ -3,6 +3,7 @@
 Each exercise's label is the one of its ``{exercise}`` directive in notebooks/01_machine.ipynb.
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
 """
+
 import numpy as np
 from numba import cuda
 
@@ -12,6 +13,7 @@ THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 
 
 # --- machine-ex-saxpy: out = a x + y, one element per thread -------------------------------------
+
 
 @cuda.jit
 def saxpy(out, x, y, a):
@@ -50,26 +52,37 @@ def launch_saxpy_twice(out, x, y, a):
 
 
 def saxpy_inputs(rng, n):
-    return (rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32),
-            np.float32(rng.uniform(0.5, 2.0)))
+    return (
+        rng.standard_normal(n).astype(np.float32),
+        rng.standard_normal(n).astype(np.float32),
+        np.float32(rng.uniform(0.5, 2.0)),
+    )
 
 
 def saxpy_reference(x, y, a):
     return float(a) * x.astype(np.float64) + y
 
 
-register(Exercise(
-    label="machine-ex-saxpy",
-    task="write out[i] = a * x[i] + y[i] as a kernel, one element per thread; launch(out, x, y, a)",
-    make_inputs=saxpy_inputs, reference=saxpy_reference, solution=launch_saxpy,
-    sizes=(1, 63, 257), atol=1e-5,
-    wrong={"grid rounded down": (launch_saxpy_grid_rounded_down, "never written"),
-           "no bounds check": (launch_saxpy_unguarded, "outside an array"),
-           "a x added twice": (launch_saxpy_twice, "wrong")},
-))
+register(
+    Exercise(
+        label="machine-ex-saxpy",
+        task="write out[i] = a * x[i] + y[i] as a kernel, one element per thread; launch(out, x, y, a)",
+        make_inputs=saxpy_inputs,
+        reference=saxpy_reference,
+        solution=launch_saxpy,
+        sizes=(1, 63, 257),
+        atol=1e-5,
+        wrong={
+            "grid rounded down": (launch_saxpy_grid_rounded_down, "never written"),
+            "no bounds check": (launch_saxpy_unguarded, "outside an array"),
+            "a x added twice": (launch_saxpy_twice, "wrong"),
+        },
+    )
+)
 
 
 # --- machine-ex-chain: one FMA chain per thread ---------------------------------------------------
+
 
 @cuda.jit
 def fma_one_chain(out, x0, iters, b, c):
@@ -114,8 +127,12 @@ def launch_one_chain_first_warp(out, x0, iters, b, c):
 
 
 def chain_inputs(rng, threads):
-    return (rng.uniform(0.0, 1.0, threads).astype(np.float32), int(rng.integers(3, 9)),
-            np.float32(0.999), np.float32(rng.uniform(0.001, 0.01)))
+    return (
+        rng.uniform(0.0, 1.0, threads).astype(np.float32),
+        int(rng.integers(3, 9)),
+        np.float32(0.999),
+        np.float32(rng.uniform(0.001, 0.01)),
+    )
 
 
 def chain_reference(x0, iters, b, c):
@@ -125,12 +142,19 @@ def chain_reference(x0, iters, b, c):
     return x
 
 
-register(Exercise(
-    label="machine-ex-chain",
-    task="one dependent FMA chain per thread: out[i] = x after `iters` steps x = fma(x, b, c) from x = x0[i]; "
-         "launch(out, x0, iters, b, c)",
-    make_inputs=chain_inputs, reference=chain_reference, solution=launch_one_chain,
-    sizes=(1, 45, 100), atol=1e-5,
-    wrong={"start value forgotten": (launch_one_chain_from_zero, "wrong"),
-           "threadIdx instead of grid index": (launch_one_chain_first_warp, "never written")},
-))
+register(
+    Exercise(
+        label="machine-ex-chain",
+        task="one dependent FMA chain per thread: out[i] = x after `iters` steps x = fma(x, b, c) from x = x0[i]; "
+        "launch(out, x0, iters, b, c)",
+        make_inputs=chain_inputs,
+        reference=chain_reference,
+        solution=launch_one_chain,
+        sizes=(1, 45, 100),
+        atol=1e-5,
+        wrong={
+            "start value forgotten": (launch_one_chain_from_zero, "wrong"),
+            "threadIdx instead of grid index": (launch_one_chain_first_warp, "never written"),
+        },
+    )
+)

@@ -3,10 +3,11 @@
 Each exercise's label is the one of its ``{exercise}`` directive in notebooks/02_ssim_worklog.ipynb.
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
 """
+
 import numpy as np
+from numba import cuda, float32
 
 from kernels.harness.exercise import Exercise, register  # first: the harness picks the simulator
-from numba import cuda, float32
 
 from .common import GAUSS, RADIUS, WINDOW, gaussian_weights
 
@@ -14,6 +15,7 @@ BX, BY = 16, 8  # small blocks: the simulator runs every thread as a Python thre
 
 
 # --- ssim-ex-blur-x: the x-pass, 11 Gaussian taps along a row with zero padding -----------------
+
 
 @cuda.jit
 def blur_x(out, img):
@@ -71,7 +73,7 @@ def launch_blur_x_off_by_one(out, img):
 
 
 _k = np.arange(WINDOW) - RADIUS
-UNNORMALISED = np.exp(-(_k ** 2) / (2 * 1.5 ** 2)).astype(np.float32)  # exp(-k^2 / 2 sigma^2), not divided by its sum
+UNNORMALISED = np.exp(-(_k**2) / (2 * 1.5**2)).astype(np.float32)  # exp(-k^2 / 2 sigma^2), not divided by its sum
 
 
 @cuda.jit
@@ -97,16 +99,24 @@ def blur_x_inputs(rng, shape):
 
 def blur_x_reference(img):
     from scipy.ndimage import correlate1d
+
     return correlate1d(img.astype(np.float64), gaussian_weights(), axis=-1, mode="constant")
 
 
-register(Exercise(
-    label="ssim-ex-blur-x",
-    task="the x-pass: out[y, x] = sum_k GAUSS[k] * img[y, x + k - 5], zero outside the image; launch(out, img)",
-    make_inputs=blur_x_inputs, reference=blur_x_reference, solution=launch_blur_x,
-    # (H, W): not multiples of the block; the last one narrower than the window
-    sizes=((13, 21), (11, 37), (3, 4)), atol=1e-5,
-    wrong={"border outputs skipped": (launch_blur_x_interior_only, "of the border"),
-           "window off by one": (launch_blur_x_off_by_one, "shifted by 1 along axis 1"),
-           "taps not normalised": (launch_blur_x_unnormalised, "times the expected value")},
-))
+register(
+    Exercise(
+        label="ssim-ex-blur-x",
+        task="the x-pass: out[y, x] = sum_k GAUSS[k] * img[y, x + k - 5], zero outside the image; launch(out, img)",
+        make_inputs=blur_x_inputs,
+        reference=blur_x_reference,
+        solution=launch_blur_x,
+        # (H, W): not multiples of the block; the last one narrower than the window
+        sizes=((13, 21), (11, 37), (3, 4)),
+        atol=1e-5,
+        wrong={
+            "border outputs skipped": (launch_blur_x_interior_only, "of the border"),
+            "window off by one": (launch_blur_x_off_by_one, "shifted by 1 along axis 1"),
+            "taps not normalised": (launch_blur_x_unnormalised, "times the expected value"),
+        },
+    )
+)
