@@ -71,7 +71,8 @@ PAGE_STATE = r"""(async () => {
     })(),
     mathErrors: window.MathJax && MathJax.startup && MathJax.startup.document
       ? [...MathJax.startup.document.math].filter(m => m.typesetRoot && m.typesetRoot.querySelector('mjx-merror'))
-          .map(m => `${m.typesetRoot.querySelector('mjx-merror').getAttribute('data-mjx-error')} in ${JSON.stringify(m.math.slice(0, 80))}`)
+          .map(m => m.typesetRoot.querySelector('mjx-merror').getAttribute('data-mjx-error')
+                    + ` in ${JSON.stringify(m.math.slice(0, 80))}`)
       : [],
     brokenImages: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),

@@ -117,7 +117,7 @@ def main() -> int:
             cols = geometry["threads"] * per_thread if per_thread else geometry["cols"]
             grid = ((w + cols - 1) // cols, (h + rows - 1) // rows, n * c)
 
-            def launch(a, b, training=0):
+            def launch(a, b, training=0, *, kernel=kernel, grid=grid):  # this variant's, bound now
                 kernel(
                     grid,
                     (geometry["threads"],),

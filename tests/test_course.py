@@ -31,7 +31,10 @@ def write_rows(root: Path, gpu: str, chapter: str, rows: list[tuple], date="2026
         "cuda_runtime": "12.9",
     }
     results.record(
-        chapter, [dict(zip(("kernel", "problem", "metric", "value", "unit"), r)) for r in rows], env=env, root=root
+        chapter,
+        [dict(zip(("kernel", "problem", "metric", "value", "unit"), r, strict=True)) for r in rows],
+        env=env,
+        root=root,
     )
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from numba import cuda  # after the harness: it picks the simulator
+from numba import cuda  # conftest.py imported the harness first: it picks the simulator
 
 from kernels.harness import device, exercise
 

@@ -197,7 +197,7 @@ def test_parse_sass_picks_one_kernel_by_name():
 def test_loops_and_trip_counts():
     ins = pm.parse_sass(SASS)
     loops = pm.find_loops(ins)
-    assert [(l.start, l.end, l.depth) for l in loops] == [(0x20, 0x80, 0), (0x30, 0x60, 1)]
+    assert [(lp.start, lp.end, lp.depth) for lp in loops] == [(0x20, 0x80, 0), (0x30, 0x60, 1)]
     c = pm.sass_counts(ins, [5, 7])  # outer 5 times, inner 7 times per outer iteration
     assert c.fp32 == 2 * 5 * 7
     assert c.ldst == 5 + 5 + 0  # LDS.128 and STG once per outer iteration
@@ -212,7 +212,7 @@ PASS something the program printed
 "0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed.sum","inst","1,000,000"
 "0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__sass_thread_inst_executed_op_fp32_pred_on.sum","inst","19,200,000"
 "0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__sass_thread_inst_executed_op_memory_pred_on.sum","inst","3,200,000"
-"""
+"""  # noqa: E501 -- ncu's CSV lines as it prints them
 
 
 def test_read_ncu_csv():

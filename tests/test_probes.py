@@ -2,6 +2,7 @@
 models and chain builders are right, bad parameters fail before launch, and (simulator) the
 reductions match float64. GPU-marked tests check the CUDA C++ probes' outputs on a real GPU."""
 
+import itertools
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ def test_chase_loads_are_dependent_global_loads():
         assert clocks[0] < body[0].address and body[-1].address < clocks[-1]
         assert len(loads) == 8 and all(i.opcode == opcode for i in loads)
         # each load's address register is the destination of the load before it
-        for prev, nxt in zip(loads, loads[1:]):
+        for prev, nxt in itertools.pairwise(loads):
             assert nxt.operands.split("[")[-1].startswith(prev.operands.split(",")[0])
 
 

@@ -119,7 +119,7 @@ def run_checked(version, a, b, *, training=False, **kw):
     got = common.run(version, da, db, out=poisoned(a.shape), derivs=derivs, training=training, **kw)
     if not training:
         return check.to_host(got)
-    assert all(g is d for g, d in zip(got[1:], derivs)), "run must write the derivative maps it was given"
+    assert all(g is d for g, d in zip(got[1:], derivs, strict=True)), "run must write the derivative maps it was given"
     return tuple(check.to_host(g) for g in got)
 
 
@@ -148,7 +148,7 @@ def test_numba_version_structured_valid(version, rng):
 
 def assert_training_close(got, ref, label):
     names = ("map", "dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
-    for g, r, name in zip(got, ref, names):
+    for g, r, name in zip(got, ref, names, strict=True):
         # the derivative maps reach ~1/C2; their float32 error scales with their size
         check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{label} {name}")
 
@@ -396,7 +396,7 @@ def test_verify_poisons_the_derivative_maps_and_names_the_seed_of_a_failure(monk
     seed = int(rng.integers(2**31))
     lines = common.verify("V1", [(1, 1, 11, 11)], kinds=("random",), training=True, seed=seed)
     assert len(lines) == 4 and lines[0].startswith("PASS  V1 1x1x11x11 random map"), lines
-    for line, name in zip(lines[1:], common.DERIV_NAMES):
+    for line, name in zip(lines[1:], common.DERIV_NAMES, strict=True):
         assert line.startswith(f"FAIL  V1 1x1x11x11 random {name}"), line
         assert f"(images: test_images(seed={seed}))" in line and "NaN/Inf" in line, line
 

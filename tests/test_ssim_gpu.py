@@ -65,7 +65,7 @@ def test_version_matches_reference(version, kind, shape, cases):
 def test_version_training(version, shape, cases):
     a, b, ref, seed = cases(shape, "random", training=True)
     got = run_poisoned(version, a, b, training=True)
-    for g, r, name in zip(got, ref, ("map", *common.DERIV_NAMES)):
+    for g, r, name in zip(got, ref, ("map", *common.DERIV_NAMES), strict=True):
         check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{version} {name} seed {seed}")
 
 

@@ -82,7 +82,8 @@ SYNTHETIC = {
             'exercise.check("syn-ex-write", launch)\n```\n````\n'
             "````{solution} syn-ex-write\n:class: dropdown\nThe nested answer:\n\n```python\n"
             "def launch(out):\n    answer_kernel[1, 32](out)\n```\n\nAnd ``` inside a line.\n````\n\n"
-            ":::{solution} syn-ex-floor\n:class: dropdown\nA colon-fenced answer, {glue:text}`pct_4:.0f`% and {glue:text}`pct_8:.0f`%.\n:::\n\n"
+            ":::{solution} syn-ex-floor\n:class: dropdown\n"
+            "A colon-fenced answer, {glue:text}`pct_4:.0f`% and {glue:text}`pct_8:.0f`%.\n:::\n\n"
             "Closing words."
         ),
         md("```{solution} syn-ex-write\n:class: dropdown\nA cell holding only an answer.\n```\n"),

@@ -311,7 +311,9 @@ def latency_efficiency(
     t = trips(stage, p, tile, len(loops))
     if t is None:
         return None
-    body = perfmodel.expand_loop(instructions, hot_loop(instructions), {lp.start: n for lp, n in zip(loops, t)})
+    body = perfmodel.expand_loop(
+        instructions, hot_loop(instructions), {lp.start: n for lp, n in zip(loops, t, strict=True)}
+    )
     if not 0 <= l1_hit <= 1:
         raise ValueError(f"l1_hit must be in [0, 1], got {l1_hit}")
     if not any(i.base == "BAR" for i in body):
@@ -561,7 +563,7 @@ def measure_mix(rates: dict, loads: tuple = MIX_LOADS, repeat: int = 20) -> list
         # the cubin whose SASS mix_counts reads (compile_cubin caches it): the counts are the timed code's
         k = cuda_cpp.load("conv/rates.cu", "mix_rate", (f"-DMIX_LOADS={n}",), arch=device.target_arch())
         args = (words, out, cupy.int32(iters), cupy.int32(32), cupy.int32(3), cupy.int32(5))
-        t = timing.benchmark(lambda: k((blocks,), (threads,), args), repeat=repeat)
+        t = timing.benchmark(lambda k=k, args=args: k((blocks,), (threads,), args), repeat=repeat)
         c = mix_counts(n)
         measured = t.median_ms * 1e-3 * rates["fp32"] / (blocks * threads / 32 * iters)  # FFMA slots per warp
         slots = {"instructions": c.total, "measured": measured, **mix_slots(c, w)}

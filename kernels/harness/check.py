@@ -224,7 +224,7 @@ def block_shape(shape) -> tuple:
     if not 1 <= len(shape) <= 3:
         raise ValueError(f"a block has 1 to 3 dimensions, got {shape}")
     shape = shape + (1,) * (3 - len(shape))
-    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM):
+    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM, strict=True):
         positive_int(size, f"block.{axis}", maximum=limit)
     threads = shape[0] * shape[1] * shape[2]
     if threads > MAX_THREADS_PER_BLOCK:

@@ -65,7 +65,7 @@ def operand_shapes(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     n, c, h, w, k, r, s, stride = (
         check.positive_int(v, name)
-        for v, name in zip((n, c, h, w, k, r, s, stride), ("n", "c", "h", "w", "k", "r", "s", "stride"))
+        for v, name in zip((n, c, h, w, k, r, s, stride), ("n", "c", "h", "w", "k", "r", "s", "stride"), strict=True)
     )
     pad = check.nonnegative_int(pad, "pad")
     p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
@@ -163,7 +163,7 @@ class ConvFprop:
         """A function that enqueues plan ``index`` on (x, w) -> out: GPU arrays of the graph's dtype,
         shapes and layout (``device_pointers`` says which is wrong)."""
         pointers = device_pointers(x, w, out, self.shapes, self.dtype)
-        pack = dict(zip((self.x, self.w, self.y), pointers))
+        pack = dict(zip((self.x, self.w, self.y), pointers, strict=True))
         import cupy
 
         workspace = cupy.empty(max(1, self.graph.get_workspace_size_plan_at_index(index)), dtype=cupy.uint8)

@@ -438,7 +438,7 @@ def _describe_where(mask: np.ndarray) -> tuple[str, str]:
 def _border_depth(mask: np.ndarray, max_depth: int = 8) -> int | None:
     """The smallest d such that every marked element lies within d of an edge, if the interior is clean."""
     grids = np.indices(mask.shape)
-    dist = np.min([np.minimum(g, s - 1 - g) for g, s in zip(grids, mask.shape)], axis=0)
+    dist = np.min([np.minimum(g, s - 1 - g) for g, s in zip(grids, mask.shape, strict=True)], axis=0)
     depth = int(dist[mask].max()) + 1
     if depth > max_depth or (dist >= depth).sum() == 0:
         return None
@@ -532,7 +532,8 @@ def _global_pattern(got, want, diff, both, atol) -> str | None:
             ):
                 return (
                     f"the output is the expected one shifted by {shift} along axis {axis}: "
-                    f"out[i] holds what belongs at i {'-' if shift > 0 else '+'} {abs(shift)}, an off-by-one in an index"
+                    f"out[i] holds what belongs at i {'-' if shift > 0 else '+'} {abs(shift)}, "
+                    "an off-by-one in an index"
                 )
     if not both.all() or want.size < 8:  # a few elements fit any offset or factor
         return None

@@ -346,7 +346,7 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[list[str]]]:
 def ncu_values(text: str):
     """(kernel name without its parameter list, metric, value) for every row of ``ncu --csv`` output."""
     header, rows = ncu_csv_table(text)
-    for row in (dict(zip(header, values)) for values in rows):
+    for row in (dict(zip(header, values, strict=True)) for values in rows):
         yield (
             re.sub(r"\(.*", "", row["Kernel Name"]).strip(),
             row.get("Metric Name"),
@@ -450,7 +450,7 @@ def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Cou
     n = {"fp32": 0.0, "ldst": 0.0, "other": 0.0}
     for ins in instructions:
         factor = 1.0
-        for loop, trip in zip(loops, trips):
+        for loop, trip in zip(loops, trips, strict=True):
             if loop.start <= ins.address <= loop.end:
                 factor *= trip
         n[classify(ins.opcode, ins.predicate)] += factor
@@ -588,9 +588,10 @@ def scheduler_cycles(
     reads is ready, or a load still writes a register it overwrites (a register scoreboard): after
     ``lat.alu`` cycles for ALU/FMA results, ``lat.shared`` for shared/MIO loads, ``lat.global_`` for
     global loads. A barrier waits until the ``warps_per_block`` warps of its block on this scheduler
-    have arrived (its warps on the other schedulers run the same schedule), then ``lat.barrier``. cp.async (LDGSTS) copies
-    land after the global latency; DEPBAR.LE SB0, n waits until all but the n most recent commit
-    groups (LDGDEPBAR) have landed. Branches are taken as falling through, as ``sass_counts`` counts."""
+    have arrived (its warps on the other schedulers run the same schedule), then ``lat.barrier``.
+    cp.async (LDGSTS) copies land after the global latency; DEPBAR.LE SB0, n waits until all but the n
+    most recent commit groups (LDGDEPBAR) have landed. Branches are taken as falling through, as
+    ``sass_counts`` counts."""
     if not body:
         raise ValueError("empty loop body")
     if warps < 1 or warps_per_block < 1 or warps % warps_per_block:

@@ -167,7 +167,7 @@ def read(path: Path) -> list[dict]:
                 continue
             if len(fields) != len(COLUMNS):
                 raise ValueError(f"{where}: expected {len(COLUMNS)} fields, got {len(fields)}: {fields}")
-            row = dict(zip(COLUMNS, fields))
+            row = dict(zip(COLUMNS, fields, strict=True))
             if not finite(row["value"]):
                 raise ValueError(f"{where}, field 'value': expected a finite number, got {row['value']!r}")
             rows.append(row)

@@ -197,7 +197,7 @@ def bank_conflicts(instructions: list[Instruction], opcode: str | None = None) -
     """How many instructions (of base ``opcode``, or all) in a straight run have a register-bank conflict."""
     return sum(
         bank_conflict(i, prev)
-        for prev, i in zip([None] + instructions[:-1], instructions)
+        for prev, i in zip([None, *instructions], instructions, strict=False)  # the last is no one's predecessor
         if opcode is None or i.base == opcode
     )
 

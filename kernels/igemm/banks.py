@@ -91,7 +91,7 @@ def measure(iters: int = 4096, blocks_per_sm: int = 8, threads: int = 512, repea
         kernel = cuda_cpp.load("igemm/smem_layout.cu", pattern)
         for name, (row_stride, chunk_stride) in LAYOUTS.items():
             args = (out, cupy.int32(iters), cupy.int32(row_stride), cupy.int32(chunk_stride))
-            t = benchmark(lambda: kernel((blocks,), (threads,), args), repeat=repeat)
+            t = benchmark(lambda kernel=kernel, args=args: kernel((blocks,), (threads,), args), repeat=repeat)
             gbps = blocks * threads * iters * 16 / (t.median_ms * 1e-3) / 1e9
             rows.append({"kernel": pattern, "problem": name, "metric": "GB/s", "value": gbps, "unit": "GB/s"})
     return rows

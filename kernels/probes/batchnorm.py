@@ -113,7 +113,7 @@ def run_batchnorm(cases, *, batch: int = 128, pixels: int = 64 * 56 * 56, repeat
     y = cupy.empty_like(x)
     rows = []
     for version, tpc in cases:
-        t = timing.benchmark(lambda: normalize(version, x, y, tpc), warmup=2, repeat=repeat)
+        t = timing.benchmark(lambda version=version, tpc=tpc: normalize(version, x, y, tpc), warmup=2, repeat=repeat)
         problem = f"{batch} x {pixels}, TPC {tpc}"
         rows += [
             row(

@@ -64,7 +64,9 @@ def run_launch_rate(shapes, *, total_threads: int = 2**28, max_blocks: int = 2**
     mhz = common.clock_mhz()
     rows = []
     for shape, blocks in plan:
-        t = timing.benchmark(lambda: kernel((blocks,), shape, (dummy,)), warmup=2, repeat=repeat)
+        t = timing.benchmark(
+            lambda blocks=blocks, shape=shape: kernel((blocks,), shape, (dummy,)), warmup=2, repeat=repeat
+        )
         threads = math.prod(shape)
         rate = blocks * threads / (t.median_ms * 1e-3) / (mhz * 1e6)
         rows.append(
@@ -273,7 +275,9 @@ def run_registers(
         src = cupy.random.random(live * n, dtype=cupy.float32)
         out = cupy.empty(n, dtype=cupy.float32)
         t = timing.benchmark(
-            lambda: kernel((blocks,), (threads,), (src, out, np.int32(iters))), warmup=2, repeat=repeat
+            lambda kernel=kernel, src=src, out=out: kernel((blocks,), (threads,), (src, out, np.int32(iters))),
+            warmup=2,
+            repeat=repeat,
         )
         rate = n * iters * live / (t.median_ms * 1e-3) / (mhz * 1e6) / sms
         rows.append(row("registers", f"LIVE={live}", "FMA per cycle per SM", rate, "FMA/cycle/SM", live=live))

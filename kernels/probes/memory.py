@@ -257,7 +257,7 @@ def run_mem_divergence(divergences=(0, 1, 3, 7, 15, 31), *, n: int = 2**26, repe
     buf = cupy.empty(n, dtype=cupy.int32)
     rows = []
     for d in divergences:
-        t = timing.benchmark(lambda: store_divergent(buf, d), warmup=2, repeat=repeat)
+        t = timing.benchmark(lambda d=d: store_divergent(buf, d), warmup=2, repeat=repeat)
         share = sum((lane & d) != d for lane in range(32)) / 32
         rows.append(
             row(
@@ -333,7 +333,7 @@ def run_channels(strides, *, lines: int = 2**18, repeat: int = 10) -> list[dict]
     rows = []
     for s in strides:
         t = timing.benchmark(
-            lambda: kernel((blocks,), (CHANNEL_BLOCK,), (buf, np.int64(s // 4), np.int32(lines), sink)),
+            lambda s=s: kernel((blocks,), (CHANNEL_BLOCK,), (buf, np.int64(s // 4), np.int32(lines), sink)),
             warmup=1,
             repeat=repeat,
             flush_l2=True,
@@ -423,7 +423,7 @@ def padding_plan(version: str, channels: int, shape, p: int) -> tuple:
         raise ValueError(f"version must be one of {sorted(PADDING_FILES)}, got {version!r}")
     if len(shape) != 4:
         raise ValueError(f"shape must be (N, C, H, W), got {shape}")
-    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW"))
+    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW", strict=True))
     positive_int(channels, "channels", maximum=MAX_PAD_CHANNELS)
     p = check.nonnegative_int(p, "p (padding)")  # a fraction would leave part of the border unwritten
     if c % channels:
@@ -476,7 +476,7 @@ def run_padding(versions, channels_list, *, shape=(1024, 1024, 7, 7), p: int = 3
     out = cupy.empty((n, c, h + 2 * p, w + 2 * p), dtype=cupy.float32)
     rows = []
     for version, ch in plan:
-        t = timing.benchmark(lambda: pad(version, x, out, ch, p), warmup=2, repeat=repeat)
+        t = timing.benchmark(lambda version=version, ch=ch: pad(version, x, out, ch, p), warmup=2, repeat=repeat)
         rows.append(
             row(
                 f"padding {version}",

@@ -18,7 +18,7 @@ def plan(shape, block: int = 256) -> tuple:
     """Grid and block for (N, C, H, W), or a ValueError naming the broken constraint."""
     if len(shape) != 4:
         raise ValueError(f"shape must be (N, C, H, W), got {shape}")
-    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW"))
+    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW", strict=True))
     check.block_shape((block,))
     if n * c * h * w >= 2**31:
         raise ValueError(f"N*C*H*W = {n * c * h * w} overflows the kernel's int32 offsets (must be < 2^31)")

@@ -155,7 +155,7 @@ def run_reduction(variant_list, *, n: int = 2**26, block: int = 256, repeat: int
     partial = cupy.empty(math.ceil(n / block), dtype=cupy.float32)
     rows = []
     for v in variant_list:
-        t = timing.benchmark(lambda: block_sums(v, x, partial, block), warmup=3, repeat=repeat)
+        t = timing.benchmark(lambda v=v: block_sums(v, x, partial, block), warmup=3, repeat=repeat)
         problem = f"{n} floats, block {block}"
         rows += [
             row(f"reduce {v}", problem, "time", t.median_ms, "ms"),

@@ -318,7 +318,9 @@ def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
         if len(derivs) != 3:
             raise ValueError(f"derivs: expected 3 arrays {DERIV_NAMES}, got {len(derivs)}")
     names = [f"derivs[{i}] ({name})" for i, name in enumerate(DERIV_NAMES)]
-    given = [("out", out), *zip(names, derivs or ())]
+    given = [("out", out)]
+    if derivs is not None:
+        given += zip(names, derivs, strict=True)
     written = []
     for name, a in given:
         if a is None:
@@ -413,7 +415,7 @@ def verify(version: str, shapes, kinds=("random", "structured"), *, training: bo
             )
             label = f"{version} {'x'.join(map(str, shape))} {kind}"
             if training:
-                for g, r, name in zip(got, ref, ("map", *DERIV_NAMES)):
+                for g, r, name in zip(got, ref, ("map", *DERIV_NAMES), strict=True):
                     atol = MAP_ATOL * max(1.0, float(np.abs(r).max()))
                     result = check.compare(g, r, atol=atol, name=f"{label} {name} (atol relative to max)")
                     lines.append(str(_with_seed(result, case_seed)))
