@@ -25,19 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kernels.conv import (  # noqa: E402
-    common,
-    model,  # noqa: E402
-    stages,
-)
-from kernels.harness import (  # noqa: E402  (the package picks the mode first)
-    check,
-    device,
-    perfmodel,  # noqa: E402
-    results,
-)
+from kernels.conv import common, model, stages
+from kernels.harness import check, device, perfmodel, results
 
 EXTRA_METRICS = (*model.NCU_CHECKS.values(), *model.NCU_PIPES.values(), *model.NCU_STALLS.values())
 COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")

@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from kernels.harness import device, results
 
-from kernels.harness import device, results  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def chapter_notebooks(chapter: str) -> list[Path]:

@@ -14,22 +14,19 @@ from __future__ import annotations
 import csv
 import os
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("BOOK_MODE", "sim")  # building the book never touches a GPU
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+os.environ.setdefault("BOOK_MODE", "sim")  # building the book never touches a GPU (read when kernels loads)
 
-import matplotlib  # noqa: E402
+import matplotlib
+import matplotlib.pyplot as plt
+
+from kernels.harness import results, show
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from kernels.harness import results, show  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "data" / "seeds"
 OUT = ROOT / "book" / "_generated"
 CHAPTER_TITLES = {

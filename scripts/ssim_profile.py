@@ -20,10 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from kernels.harness import perfmodel
 
-from kernels.harness import perfmodel  # noqa: E402  (the package picks the mode first)
+ROOT = Path(__file__).resolve().parents[1]
 
 STALLS = (
     "long_scoreboard",

@@ -8,12 +8,9 @@ a correct map.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kernels.harness import check, device  # noqa: E402  (first: picks the mode)
-from kernels.ssim import backward, common, cuda_versions  # noqa: E402
+from kernels.harness import check, device
+from kernels.ssim import backward, common, cuda_versions
 
 SHAPES = ((1, 3, 37, 53), common.ALIGNED_SHAPE)  # odd sizes, and V7's 16-byte copy path
 

@@ -16,11 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from kernels.harness import cuda_cpp, device, timing  # noqa: E402  (first: picks the mode)
-from kernels.ssim import bench, common, cuda_versions  # noqa: E402
+from kernels.harness import cuda_cpp, device, timing
+from kernels.ssim import bench, common, cuda_versions
 
 
 def _set(text: str, pattern: str, new: str, what: str) -> str:

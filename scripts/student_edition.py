@@ -28,9 +28,9 @@ from pathlib import Path
 
 import nbformat
 
+from kernels.harness.glue import stored
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from kernels.harness.glue import stored  # noqa: E402
 
 OUT = ROOT / "build" / "student"
 # A fenced {solution} directive: the closing fence is the opening one repeated, so the ``` of nested

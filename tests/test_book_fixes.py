@@ -1,13 +1,10 @@
 """book/_ext/book_fixes.py on doctrees made by hand (the built book itself: test_book.py)."""
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 from docutils import nodes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
-import book_fixes  # noqa: E402
+import book_fixes
 
 
 def test_diff_headers_name_the_files_relative_to_the_book(tmp_path):

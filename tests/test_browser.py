@@ -6,17 +6,15 @@ BOOK_REQUIRE_BROWSER is set (`make test` sets it where CI is set; .ci/run instal
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+import book_fixes
+import browser_check
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "book" / "_ext"))
-import book_fixes  # noqa: E402
-import browser_check  # noqa: E402
 
 CHROMIUM = browser_check.find_chromium()
 if CHROMIUM is None and not os.environ.get("BOOK_REQUIRE_BROWSER"):  # one line in the test summary

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import book_config
+import results_page
 from kernels.harness import colab, device, results
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import book_config  # noqa: E402
-import results_page  # noqa: E402
 
 
 def write_rows(root: Path, gpu: str, chapter: str, rows: list[tuple], date="2026-01-01T00:00:00Z"):

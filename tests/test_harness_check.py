@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -116,6 +118,22 @@ def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkey
         "wheel (it comes with the CUDA toolkit); for its verdict, see the committed GPU "
         "run of this chapter.\n"
     )
+
+
+def test_memcheck_runs_a_script_with_this_checkout_first_on_its_path(monkeypatch, capsys, tmp_path):
+    """The scripts the chapters check (scripts/ssim_sanitize.py, ...) import this checkout's kernels,
+    installed or not; a stand-in compute-sanitizer runs the program it is given."""
+    sanitizer = tmp_path / "bin" / "compute-sanitizer"
+    sanitizer.parent.mkdir()
+    sanitizer.write_text('#!/bin/sh\nwhile [ "$1" != --error-exitcode ]; do shift; done\nshift 2\nexec "$@"\n')
+    sanitizer.chmod(0o755)
+    script = tmp_path / "where.py"
+    script.write_text("import sys\nprint(sys.path[1])\n")  # [0] is the script's own folder
+    monkeypatch.setattr(check.device, "on_gpu", lambda: True)
+    monkeypatch.setenv("PATH", str(sanitizer.parent))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert check.memcheck([str(script)]) is True
+    assert str(Path(check.__file__).resolve().parents[2]) in capsys.readouterr().out.splitlines()
 
 
 def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):

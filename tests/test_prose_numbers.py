@@ -2,13 +2,10 @@
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import prose_numbers  # noqa: E402
+import prose_numbers
 
 
 def notebook(prose: str, printed: str) -> dict:

@@ -1,14 +1,9 @@
 """scripts/rerun.py: chapter names, and the reference column when BOOK_RESULTS points elsewhere."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
+import rerun
 from kernels.harness import results
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import rerun  # noqa: E402
 
 ENV = {
     "date": "2099-01-01T00:00:00Z",

@@ -4,18 +4,16 @@ valid notebooks; and every {solution} of the book stays collapsed behind a dropd
 import ast
 import json
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+import student_edition
 from kernels.harness import exercise, glue
+from student_edition import SOLUTION, student_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import student_edition  # noqa: E402
-from student_edition import SOLUTION, student_notebook  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXERCISE_LABEL = re.compile(r"\{exercise\}[^\n]*\n:label: ([\w-]+)")

@@ -6,6 +6,7 @@ it reads the same on a GPU and in the simulator; ``result.detail`` carries the n
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -260,6 +261,10 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
     sanitizer = cuda_tool("compute-sanitizer", "its verdict")
     if not sanitizer:
         return None
+    # A script (python scripts/x.py) imports this checkout's kernels even where it is not installed
+    # (Colab clones the repository and puts it on the notebook's sys.path only).
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
     proc = subprocess.run(
         [
             sanitizer,
@@ -272,7 +277,8 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
             sys.executable,
             *args,
         ],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=timeout,
