@@ -6,6 +6,7 @@
 one setting and no page links to a repository that does not exist. Without it, _config.yml has no
 repository and no launch button.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ def published_config(url: str, branch: str = "main", source: Path = ROOT / "_con
     (Jupyter Book resolves them from the config file's folder, which is no longer the book's)."""
     url = url.rstrip("/").removesuffix(".git")
     if not GITHUB.fullmatch(url):
-        raise ValueError(f"BOOK_REPOSITORY_URL: expected https://github.com/<owner>/<name> (Colab opens "
-                         f"notebooks from GitHub), got {url!r}")
+        raise ValueError(
+            f"BOOK_REPOSITORY_URL: expected https://github.com/<owner>/<name> (Colab opens "
+            f"notebooks from GitHub), got {url!r}"
+        )
     config = yaml.safe_load(source.read_text())
     extensions = config.get("sphinx", {}).get("local_extensions", {})
     for name, path in extensions.items():

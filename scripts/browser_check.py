@@ -12,6 +12,7 @@ The network is blocked, as for a reader offline: the book is served from 127.0.0
 no other host name, and every request leaving 127.0.0.1 is refused and reported, so a page that needs
 the network for anything (MathJax from a CDN included) fails.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,13 +33,23 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = ["--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # offline, but for the book's server
-         "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--remote-debugging-pipe",
-         # keep rendering frames for the one tab even though no window is ever shown
-         "--disable-renderer-backgrounding", "--disable-backgrounding-occluded-windows",
-         "--disable-background-timer-throttling"]
+FLAGS = [
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # offline, but for the book's server
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-pipe",
+    # keep rendering frames for the one tab even though no window is ever shown
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-background-timer-throttling",
+]
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="\d+; url=([^"]+)"', re.IGNORECASE)
 PAGE_STATE = r"""(async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
@@ -60,7 +71,8 @@ PAGE_STATE = r"""(async () => {
     })(),
     mathErrors: window.MathJax && MathJax.startup && MathJax.startup.document
       ? [...MathJax.startup.document.math].filter(m => m.typesetRoot && m.typesetRoot.querySelector('mjx-merror'))
-          .map(m => `${m.typesetRoot.querySelector('mjx-merror').getAttribute('data-mjx-error')} in ${JSON.stringify(m.math.slice(0, 80))}`)
+          .map(m => m.typesetRoot.querySelector('mjx-merror').getAttribute('data-mjx-error')
+                    + ` in ${JSON.stringify(m.math.slice(0, 80))}`)
       : [],
     brokenImages: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
@@ -98,9 +110,13 @@ class Browser:
             os.dup2(to_child_r, 3)
             os.dup2(from_child_w, 4)
 
-        self.proc = subprocess.Popen([executable, *FLAGS, f"--user-data-dir={self._profile}", "about:blank"],
-                                     preexec_fn=pipes_at_3_and_4, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, close_fds=False)  # False: keep 3 and 4
+        self.proc = subprocess.Popen(
+            [executable, *FLAGS, f"--user-data-dir={self._profile}", "about:blank"],
+            preexec_fn=pipes_at_3_and_4,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=False,
+        )  # False: keep 3 and 4
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
@@ -190,8 +206,9 @@ def serve(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 def pages(html: Path) -> list[str]:
     """Every HTML page of the book, relative to its root (theme assets excluded)."""
-    return sorted(str(p.relative_to(html)) for p in html.rglob("*.html")
-                  if not p.relative_to(html).parts[0].startswith("_"))
+    return sorted(
+        str(p.relative_to(html)) for p in html.rglob("*.html") if not p.relative_to(html).parts[0].startswith("_")
+    )
 
 
 def _anchors(path: Path, cache: dict) -> set:
@@ -205,7 +222,7 @@ def check_link(href: str, base: str, html: Path, cache: dict) -> str | None:
     url = urlparse(href)
     if not href.startswith(base) or url.scheme not in ("http", "https"):
         return None
-    rel = unquote(url.path[len(urlparse(base).path):])
+    rel = unquote(url.path[len(urlparse(base).path) :])
     target = html / rel
     if target.is_dir():
         target = target / "index.html"
@@ -233,8 +250,9 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
             browser.call("Fetch.continueRequest", {"requestId": p["requestId"]}, session=True)
         else:
             external.append(url)
-            browser.call("Fetch.failRequest", {"requestId": p["requestId"], "errorReason": "BlockedByClient"},
-                         session=True)
+            browser.call(
+                "Fetch.failRequest", {"requestId": p["requestId"], "errorReason": "BlockedByClient"}, session=True
+            )
         return True
 
     browser.on_event = answer_requests
@@ -245,8 +263,11 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
             browser.call(f"{domain}.enable", session=True)
         browser.call("Page.bringToFront", session=True)
         browser.call("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}, session=True)
-        browser.call("Emulation.setDeviceMetricsOverride",
-                     {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=True)
+        browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )
         for page in only or pages(html):
             browser.events.clear()
             external.clear()
@@ -259,8 +280,11 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
                 continue
             browser.call("Page.navigate", {"url": base + page}, session=True)
             browser.wait_for("Page.loadEventFired")
-            state = browser.call("Runtime.evaluate", {"expression": PAGE_STATE, "awaitPromise": True,
-                                                      "returnByValue": True}, session=True)
+            state = browser.call(
+                "Runtime.evaluate",
+                {"expression": PAGE_STATE, "awaitPromise": True, "returnByValue": True},
+                session=True,
+            )
             if "exceptionDetails" in state:
                 report.problems.append(f"the page check itself failed: {state['exceptionDetails'].get('text')}")
                 reports.append(report)

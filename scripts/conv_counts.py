@@ -15,6 +15,7 @@
 The notebook computes the SASS counts itself and reads the ncu files (conv_counts.csv is for a look at
 the counts outside the notebook); numbers measured on a GPU are never typed in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,12 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kernels.harness import check, device, results  # noqa: E402  (the package picks the mode first)
-from kernels.conv import common, stages  # noqa: E402
-from kernels.conv import model  # noqa: E402
-from kernels.harness import perfmodel  # noqa: E402
+from kernels.conv import common, model, stages
+from kernels.harness import check, device, perfmodel, results
 
 EXTRA_METRICS = (*model.NCU_CHECKS.values(), *model.NCU_PIPES.values(), *model.NCU_STALLS.values())
 COLUMNS = ("stage", "problem", "fp32", "ldst", "other", "registers", "smem_bytes", "source")
@@ -46,9 +43,18 @@ def count_rows(problems: list[str], names: list[str] | None = None) -> list[dict
         sass, res = model.compiled(stage, tile)
         for name in problems:
             c = model.sass_counts(stage, common.PROBLEMS[name], tile, sass=sass)
-            rows.append({"stage": stage, "problem": name, "fp32": c.fp32 if c else "", "ldst": c.ldst if c else "",
-                         "other": c.other if c else "", "registers": res.registers, "smem_bytes": res.smem_bytes,
-                         "source": "sass" if c else "loops not understood: use ncu"})
+            rows.append(
+                {
+                    "stage": stage,
+                    "problem": name,
+                    "fp32": c.fp32 if c else "",
+                    "ldst": c.ldst if c else "",
+                    "other": c.other if c else "",
+                    "registers": res.registers,
+                    "smem_bytes": res.smem_bytes,
+                    "source": "sass" if c else "loops not understood: use ncu",
+                }
+            )
     return rows
 
 
@@ -80,8 +86,19 @@ def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     ncu = check.cuda_tool("ncu", "the counts")
     if not ncu:
         raise RuntimeError("ncu is needed to count the stages' instructions (see the line above)")
-    cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join((*perfmodel.NCU_METRICS, *EXTRA_METRICS)),
-           sys.executable, __file__, "--launch", problem, *(["--stages", *names] if names else [])]
+    cmd = [
+        ncu,
+        "--csv",
+        "--kernel-name",
+        "regex:conv_",
+        "--metrics",
+        ",".join((*perfmodel.NCU_METRICS, *EXTRA_METRICS)),
+        sys.executable,
+        __file__,
+        "--launch",
+        problem,
+        *(["--stages", *names] if names else []),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0 or '"Metric Name"' not in out.stdout:
         raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")

@@ -8,23 +8,26 @@ The notebook appends its measurements to data/results/<gpu>/<chapter>.csv as it 
 $BOOK_RESULTS/<gpu>/<chapter>.csv if BOOK_RESULTS is set, a relative one taken from the repository
 root); the reference GPU's numbers always come from the repository's data/results.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from kernels.harness import device, results
 
-from kernels.harness import device, results  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def chapter_notebooks(chapter: str) -> list[Path]:
     """Notebooks whose name, without its leading number, starts with ``chapter`` (02_ssim_worklog -> ssim)."""
-    found = [p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
-             if re.sub(r"^\d+[a-z]?_", "", p.stem).startswith(chapter)]
+    found = [
+        p
+        for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        if re.sub(r"^\d+[a-z]?_", "", p.stem).startswith(chapter)
+    ]
     if not found:
         names = sorted(re.sub(r"^\d+[a-z]?_", "", p.stem) for p in (ROOT / "notebooks").glob("*.ipynb"))
         raise SystemExit(f"no notebook for chapter {chapter!r}; chapters: {', '.join(names)}")
@@ -35,31 +38,38 @@ def check_update(gpu_slug: str, force: bool) -> None:
     """--update writes over the committed notebooks, which show the reference GPU's run: refuse on
     another GPU unless ``force``."""
     if gpu_slug != results.REFERENCE_GPU and not force:
-        raise SystemExit(f"--update: this GPU ({gpu_slug}) is not the reference GPU ({results.REFERENCE_GPU}) "
-                         "whose runs the committed notebooks show; run without UPDATE=1 (the executed copy goes "
-                         "to build/rerun/), or add --force-update (make rerun UPDATE=1 FORCE=1) to overwrite "
-                         "the committed notebooks anyway")
+        raise SystemExit(
+            f"--update: this GPU ({gpu_slug}) is not the reference GPU ({results.REFERENCE_GPU}) "
+            "whose runs the committed notebooks show; run without UPDATE=1 (the executed copy goes "
+            "to build/rerun/), or add --force-update (make rerun UPDATE=1 FORCE=1) to overwrite "
+            "the committed notebooks anyway"
+        )
 
 
 def reference_rows(reference: str) -> dict:
     """The reference GPU's newest committed rows, {chapter: {key: row}}, from the repository."""
-    return {c: results.latest(c, reference, results.REPOSITORY)
-            for c in results.chapters(reference, results.REPOSITORY)}
+    return {
+        c: results.latest(c, reference, results.REPOSITORY) for c in results.chapters(reference, results.REPOSITORY)
+    }
 
 
 def comparison(mine: str, since: str, before: dict) -> list[str]:
     """The table of what GPU ``mine`` recorded from ``since`` on (in results.RESULTS, which BOOK_RESULTS
     sets), beside the reference rows ``before`` (from reference_rows) and the ratio."""
-    lines = [f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} "
-             f"{'ratio':>6}"]
+    lines = [
+        f"{'chapter':<10} {'kernel':<18} {'problem':<24} {'metric':<22} {'this GPU':>11} {'reference':>11} {'ratio':>6}"
+    ]
     for chapter in results.chapters(mine):
-        ours = {key: row for key, row in results.latest(chapter, mine).items()
-                if row["date"] >= since}  # only what this run measured
+        ours = {
+            key: row for key, row in results.latest(chapter, mine).items() if row["date"] >= since
+        }  # only what this run measured
         for r in results.compare(ours, before.get(chapter, {})):
             theirs = f"{r['reference']:11.4g}" if r["reference"] is not None else f"{'-':>11}"
             ratio = f"{r['ratio']:6.3f}" if r["ratio"] is not None else f"{'-':>6}"
-            lines.append(f"{chapter:<10.10} {r['kernel']:<18.18} {r['problem']:<24.24} {r['metric']:<22.22} "
-                         f"{r['mine']:11.4g} {theirs} {ratio}")
+            lines.append(
+                f"{chapter:<10.10} {r['kernel']:<18.18} {r['problem']:<24.24} {r['metric']:<22.22} "
+                f"{r['mine']:11.4g} {theirs} {ratio}"
+            )
     return lines
 
 
@@ -67,15 +77,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapter")
     parser.add_argument("--update", action="store_true", help="write the executed notebook over the committed one")
-    parser.add_argument("--force-update", action="store_true",
-                        help=f"--update on a GPU other than the reference GPU ({results.REFERENCE_GPU})")
+    parser.add_argument(
+        "--force-update",
+        action="store_true",
+        help=f"--update on a GPU other than the reference GPU ({results.REFERENCE_GPU})",
+    )
     args = parser.parse_args()
     if args.force_update and not args.update:
         parser.error("--force-update: only with --update")
     notebooks = chapter_notebooks(args.chapter)
     if device.MODE != device.GPU:
-        raise SystemExit("make rerun needs a CUDA GPU and found none; without one, run `make test` "
-                         "(the notebooks then run in the CUDA simulator)")
+        raise SystemExit(
+            "make rerun needs a CUDA GPU and found none; without one, run `make test` "
+            "(the notebooks then run in the CUDA simulator)"
+        )
     import nbformat
     import papermill
 
@@ -87,15 +102,23 @@ def main() -> int:
     os.environ["BOOK_RESULTS"] = str(results.RESULTS)
     # The reference as committed, before this run appends (when this GPU is the reference GPU).
     before = reference_rows(reference)
-    lab_run = {k: env.get(k) for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date",
-                                       "max_sm_clock_mhz", "max_mem_clock_mhz")} | {"software": device.software()}
+    lab_run = {
+        k: env.get(k)
+        for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date", "max_sm_clock_mhz", "max_mem_clock_mhz")
+    } | {"software": device.software()}
     out_dir = ROOT / "build" / "rerun" / mine
     out_dir.mkdir(parents=True, exist_ok=True)
     for nb in notebooks:
         target = nb if args.update else out_dir / nb.name
         print(f"executing {nb.relative_to(ROOT)} on {env['gpu']} -> {target.relative_to(ROOT)}", flush=True)
-        papermill.execute_notebook(str(nb), str(target), parameters={"profile": "full"},
-                                   cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
+        papermill.execute_notebook(
+            str(nb),
+            str(target),
+            parameters={"profile": "full"},
+            cwd=str(nb.parent),
+            kernel_name="python3",
+            progress_bar=False,
+        )
         executed = nbformat.read(target, as_version=4)
         for cell in executed.cells:  # papermill's copy of the parameters: the book shows the original only
             if "injected-parameters" in cell.metadata.get("tags", []) and "remove-cell" not in cell.metadata.tags:

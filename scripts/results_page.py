@@ -8,31 +8,34 @@ book/_generated/results/ (git-ignored: regenerated on every build, so the page a
 the repository holds). Any subset of GPUs and chapters works: a figure shows whichever GPUs
 recorded its numbers, plus the source's GPU where the source published them.
 """
+
 from __future__ import annotations
 
 import csv
 import os
 import shutil
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-os.environ.setdefault("BOOK_MODE", "sim")  # building the book never touches a GPU
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+os.environ.setdefault("BOOK_MODE", "sim")  # building the book never touches a GPU (read when kernels loads)
 
-import matplotlib  # noqa: E402
+import matplotlib
+import matplotlib.pyplot as plt
+
+from kernels.harness import results, show
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from kernels.harness import results, show  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "data" / "seeds"
 OUT = ROOT / "book" / "_generated"
-CHAPTER_TITLES = {"machine": "The machine", "ssim": "SSIM worklog", "conv": "Direct convolution",
-                  "probes": "Hardware probes", "igemm": "Implicit GEMM"}
+CHAPTER_TITLES = {
+    "machine": "The machine",
+    "ssim": "SSIM worklog",
+    "conv": "Direct convolution",
+    "probes": "Hardware probes",
+    "igemm": "Implicit GEMM",
+}
 
 
 def seed_rows(name: str) -> list[dict]:
@@ -54,32 +57,40 @@ def measured(root: Path) -> dict:
 
 # --- what each chapter's key figures pick from a GPU's newest rows ---------------------------------
 
+
 def by_kernel(metric: str, problem: str, order=()) -> Callable[[dict], dict]:
     """{kernel: value} of one metric on one problem: kernels in ``order`` first, then the rest as recorded."""
+
     def pick(latest: dict) -> dict:
         found = {k: float(r["value"]) for (k, p, m), r in latest.items() if m == metric and p == problem}
         return {k: found[k] for k in [*order, *found] if k in found}
+
     return pick
 
 
 def by_problem(kernel: str, metric: str) -> Callable[[dict], dict]:
     """{problem: value} of one kernel's metric: a sweep, in the order it was recorded."""
+
     def pick(latest: dict) -> dict:
         return {p: float(r["value"]) for (k, p, m), r in latest.items() if k == kernel and m == metric}
+
     return pick
 
 
 def by_metric(kernel: str, metrics: tuple) -> Callable[[dict], dict]:
     """{metric: value} of one kernel, for the named metrics in that order (any problem)."""
+
     def pick(latest: dict) -> dict:
         found = {m: float(r["value"]) for (k, p, m), r in latest.items() if k == kernel}
         return {m: found[m] for m in metrics if m in found}
+
     return pick
 
 
 @dataclass(frozen=True)
 class KeyFigure:
     """One figure of the page: the same numbers for every GPU, and the source's where it has them."""
+
     chapter: str
     title: str
     unit: str
@@ -91,60 +102,101 @@ class KeyFigure:
 
 def _ssim_order():
     from kernels.ssim.common import VERSIONS
+
     return tuple(VERSIONS)
 
 
 def _conv_order():
     from kernels.conv.stages import GPU_STAGES
+
     return ("SEQ", *GPU_STAGES, "AUTOTUNE", "cuDNN")
 
 
 def _source_rows(name: str, label: str, keep: Callable[[dict], bool], **rename) -> Callable[[], tuple]:
     """A source table's rows as results rows: ``rename`` maps a results column to a seed column or a
     constant (``kernel="stage"`` reads the seed's stage; ``metric="=ms"`` sets the metric to ms)."""
+
     def source():
         rows = [r for r in seed_rows(name) if keep(r)]
-        mapped = [{col: (src[1:] if src.startswith("=") else r[src]) for col, src in
-                   {"kernel": "kernel", "problem": "problem", "metric": "metric", **rename}.items()}
-                  | {"value": r["value"]} for r in rows]
+        mapped = [
+            {
+                col: (src[1:] if src.startswith("=") else r[src])
+                for col, src in {"kernel": "kernel", "problem": "problem", "metric": "metric", **rename}.items()
+            }
+            | {"value": r["value"]}
+            for r in rows
+        ]
         return (label.format(gpu=rows[0].get("gpu", "")) if rows else label), mapped
+
     return source
 
 
 def key_figures() -> list[KeyFigure]:
     a100 = _source_rows("ssim_a100", "{gpu} (worklog)", lambda r: r["metric"] == "time", metric="=ms")
-    titan = _source_rows("conv_titanv", "{gpu} (source)", lambda r: r["metric"] == "measured",
-                         kernel="stage", metric="=gflops")
+    titan = _source_rows(
+        "conv_titanv", "{gpu} (source)", lambda r: r["metric"] == "measured", kernel="stage", metric="=gflops"
+    )
     mi25 = _source_rows("probes_mi25", "AMD MI25 (source)", lambda r: True)
-    v100 = _source_rows("igemm_v100", "{gpu} (source, cuDNN)", lambda r: r["metric"] == "time",
-                        kernel="=cudnn", problem="=source problem", metric="=ms")
+    v100 = _source_rows(
+        "igemm_v100",
+        "{gpu} (source, cuDNN)",
+        lambda r: r["metric"] == "time",
+        kernel="=cudnn",
+        problem="=source problem",
+        metric="=ms",
+    )
     return [
         KeyFigure("machine", "Copy bandwidth, 1 GiB", "GB/s", by_kernel("GB/s", "1024 MiB", ("memcpy", "copy_kernel"))),
         KeyFigure("machine", "FP32 FMA rate vs resident warps", "GFLOP/s", by_problem("fma_chains", "GFLOP/s")),
         KeyFigure("machine", "Shared-memory read bandwidth", "GB/s", by_metric("smem_read", ("GB/s",))),
-        KeyFigure("ssim", "SSIM versions, 1x3x2160x3840", "ms", by_kernel("ms", "1x3x2160x3840", _ssim_order()),
-                  a100, lower_is_better=True),
-        KeyFigure("conv", "Convolution stages, conv1", "GFLOP/s", by_kernel("gflops", "conv1", _conv_order()),
-                  titan, log=True),
-        KeyFigure("conv", "Convolution stages, conv2", "GFLOP/s", by_kernel("gflops", "conv2", _conv_order()),
-                  titan, log=True),
-        KeyFigure("probes", "Load latency (pointer chase)", "cycles",
-                  by_metric("chase", ("L1 hit latency", "L2 hit latency", "L2 far latency", "HBM latency")),
-                  mi25, lower_is_better=True),
-        KeyFigure("probes", "Thread launch rate vs block shape", "threads/cycle",
-                  by_problem("launch", "threads per cycle"), mi25),
-        KeyFigure("igemm", "Implicit GEMM, the source's convolution", "ms", by_kernel("ms", "source problem", ("cudnn",)),
-                  v100, log=True, lower_is_better=True),
+        KeyFigure(
+            "ssim",
+            "SSIM versions, 1x3x2160x3840",
+            "ms",
+            by_kernel("ms", "1x3x2160x3840", _ssim_order()),
+            a100,
+            lower_is_better=True,
+        ),
+        KeyFigure(
+            "conv", "Convolution stages, conv1", "GFLOP/s", by_kernel("gflops", "conv1", _conv_order()), titan, log=True
+        ),
+        KeyFigure(
+            "conv", "Convolution stages, conv2", "GFLOP/s", by_kernel("gflops", "conv2", _conv_order()), titan, log=True
+        ),
+        KeyFigure(
+            "probes",
+            "Load latency (pointer chase)",
+            "cycles",
+            by_metric("chase", ("L1 hit latency", "L2 hit latency", "L2 far latency", "HBM latency")),
+            mi25,
+            lower_is_better=True,
+        ),
+        KeyFigure(
+            "probes",
+            "Thread launch rate vs block shape",
+            "threads/cycle",
+            by_problem("launch", "threads per cycle"),
+            mi25,
+        ),
+        KeyFigure(
+            "igemm",
+            "Implicit GEMM, the source's convolution",
+            "ms",
+            by_kernel("ms", "source problem", ("cudnn",)),
+            v100,
+            log=True,
+            lower_is_better=True,
+        ),
         KeyFigure("igemm", "fp16 GEMM (cuBLAS) vs K, M = N = 4096", "TFLOP/s", by_problem("cublas_gemm", "TFLOP/s")),
     ]
 
 
 # --- drawing and writing -----------------------------------------------------------------------------
 
+
 def series(fig: KeyFigure, data: dict) -> dict:
     """{GPU label: {x: value}}: every GPU that recorded these numbers, then the source's GPU."""
-    out = {gpu: picked for gpu, latest in sorted(data.get(fig.chapter, {}).items())
-           if (picked := fig.pick(latest))}
+    out = {gpu: picked for gpu, latest in sorted(data.get(fig.chapter, {}).items()) if (picked := fig.pick(latest))}
     if fig.source:
         label, rows = fig.source()
         if picked := fig.pick({(r["kernel"], r["problem"], r["metric"]): r for r in rows}):
@@ -189,31 +241,45 @@ def runs_table(root: Path) -> str:
         chapters = {c: results.load(c, slug, root) for c in results.chapters(slug, root)}
         newest = max((r for rs in chapters.values() for r in rs), key=lambda r: r["date"], default=None)
         if newest:
-            rows.append({"GPU": newest["gpu"], "driver": newest["driver"], "CUDA": newest["cuda_runtime"],
-                         "chapters": ", ".join(c for c, rs in chapters.items() if rs),
-                         "newest run": newest["date"][:10], "commit": newest["commit"]})
+            rows.append(
+                {
+                    "GPU": newest["gpu"],
+                    "driver": newest["driver"],
+                    "CUDA": newest["cuda_runtime"],
+                    "chapters": ", ".join(c for c, rs in chapters.items() if rs),
+                    "newest run": newest["date"][:10],
+                    "commit": newest["commit"],
+                }
+            )
     return show.table(rows).data if rows else "No GPU has recorded results yet.\n"
 
 
 def probes_summary(data: dict) -> str:
     """The probes chapter's own summary table (kernels/probes/common.py), one column per GPU."""
     from kernels.probes import common
+
     by_gpu = data.get("probes", {})
     if not by_gpu:
         return ""
     columns: dict = {}
     for gpu, latest in sorted(by_gpu.items()):
         machine = data.get("machine", {}).get(gpu, {})
-        sms, cc = machine.get(("device", "-", "sms")), machine.get(("device", "-", "cc"))   # recorded by chapter 01
-        summary = common.summary(list(latest.values()), int(float(sms["value"])) if sms else None,
-                                 cc=cc["value"] if cc else None)   # per-lane rates: this GPU's lanes
+        sms, cc = machine.get(("device", "-", "sms")), machine.get(("device", "-", "cc"))  # recorded by chapter 01
+        summary = common.summary(
+            list(latest.values()), int(float(sms["value"])) if sms else None, cc=cc["value"] if cc else None
+        )  # per-lane rates: this GPU's lanes
         columns[gpu] = {e["probe"]: e for e in summary}
     first = next(iter(columns.values()))
-    rows = [{"probe": p, "unit": e["unit"],
-             **{gpu: _fmt(col[p]["ours"]) if col[p]["ours"] is not None else None for gpu, col in columns.items()},
-             "MI25 (source)": _fmt(e["MI25"]) if isinstance(e["MI25"], (int, float)) else None,
-             "published Hopper": e["published Hopper"]}
-            for p, e in first.items()]
+    rows = [
+        {
+            "probe": p,
+            "unit": e["unit"],
+            **{gpu: _fmt(col[p]["ours"]) if col[p]["ours"] is not None else None for gpu, col in columns.items()},
+            "MI25 (source)": _fmt(e["MI25"]) if isinstance(e["MI25"], (int, float)) else None,
+            "published Hopper": e["published Hopper"],
+        }
+        for p, e in first.items()
+    ]
     return show.table(rows).data
 
 
@@ -227,16 +293,22 @@ def write(root: Path = results.RESULTS, out: Path = OUT) -> Path:
     for chapter in dict.fromkeys(f.chapter for f in figures):
         gpus = sorted(data.get(chapter, {}))
         parts.append(f"\n## {CHAPTER_TITLES[chapter]}\n")
-        parts.append(f"Measured on: {', '.join(gpus)}.\n" if gpus else
-                     f"No GPU has recorded this chapter (`{chapter}`) yet; the source's numbers alone are shown.\n")
+        parts.append(
+            f"Measured on: {', '.join(gpus)}.\n"
+            if gpus
+            else f"No GPU has recorded this chapter (`{chapter}`) yet; the source's numbers alone are shown.\n"
+        )
         for n, fig in enumerate(f for f in figures if f.chapter == chapter):
             lines = series(fig, data)
             if not lines:
                 continue
             image = out / "results" / f"{chapter}-{n}.png"
             draw(fig, lines, image)
-            parts += [f"\n### {fig.title}\n", f"![{fig.title}, per GPU](_generated/results/{image.name})\n",
-                      table(lines)]
+            parts += [
+                f"\n### {fig.title}\n",
+                f"![{fig.title}, per GPU](_generated/results/{image.name})\n",
+                table(lines),
+            ]
         if chapter == "probes" and (summary := probes_summary(data)):
             parts += ["\n### The probes' summary, per GPU\n", summary]
     md = out / "results.md"

@@ -11,6 +11,7 @@ Counters: duration, instructions executed (warp level), FFMA thread-instructions
 achieved occupancy, local-memory traffic (what V3-0's ring costs), DRAM bytes, and the average number
 of warps stalled per issued instruction for the main stall reasons.
 """
+
 import csv
 import functools
 import io
@@ -19,13 +20,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kernels.harness import perfmodel
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from kernels.harness import perfmodel  # noqa: E402  (the package picks the mode first)
-
-STALLS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait", "barrier",
-          "not_selected", "lg_throttle", "no_instruction", "dispatch_stall", "branch_resolving")
+STALLS = (
+    "long_scoreboard",
+    "short_scoreboard",
+    "mio_throttle",
+    "math_pipe_throttle",
+    "wait",
+    "barrier",
+    "not_selected",
+    "lg_throttle",
+    "no_instruction",
+    "dispatch_stall",
+    "branch_resolving",
+)
 METRICS = {
     "gpu__time_duration.sum": "duration",
     "smsp__inst_executed.sum": "warp instructions",
@@ -42,10 +53,11 @@ METRICS = {
 
 def child(versions) -> None:
     """Under ncu: one warm-up launch (compiles), then the profiled one; ncu skips the first by count."""
-    from kernels.harness import device  # noqa: F401  (first: picks the mode)
     import cupy
 
+    from kernels.harness import device  # noqa: F401  (first: picks the mode)
     from kernels.ssim import common
+
     a, b = (cupy.asarray(x) for x in common.test_images(common.BENCH_SHAPE))
     out = cupy.empty(common.BENCH_SHAPE, dtype=cupy.float32)
     for version in versions:
@@ -61,14 +73,31 @@ def child(versions) -> None:
 def main(versions) -> int:
     from kernels.harness import check, device, results
     from kernels.ssim import common
+
     ncu = check.cuda_tool("ncu", "its table of counters")
     if not ncu:
         return 1
     versions = versions or [*common.VERSIONS, *(f"{v} mean" for v in common.fused_mean_versions())]
     rows = []
     for version in versions:  # one ncu process per version: its second ssim launch is the profiled one
-        cmd = [ncu, "--csv", "--page", "raw", "-k", "regex:ssim", "--launch-skip", "1", "--launch-count", "1",
-               "--metrics", ",".join(METRICS), sys.executable, __file__, "--child", version]
+        cmd = [
+            ncu,
+            "--csv",
+            "--page",
+            "raw",
+            "-k",
+            "regex:ssim",
+            "--launch-skip",
+            "1",
+            "--launch-count",
+            "1",
+            "--metrics",
+            ",".join(METRICS),
+            sys.executable,
+            __file__,
+            "--child",
+            version,
+        ]
         run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ})
         lines = [ln for ln in run.stdout.splitlines() if ln.startswith('"')]
         if run.returncode or len(lines) < 3:
@@ -78,7 +107,7 @@ def main(versions) -> int:
         for metric, name in METRICS.items():
             value = table[0].get(metric, "")
             rows.append({"version": version, "metric": name, "value": value.replace(",", "")})
-        print(f"{version}: " + ", ".join(f"{r['metric']}={r['value']}" for r in rows[-len(METRICS):][:6]))
+        print(f"{version}: " + ", ".join(f"{r['metric']}={r['value']}" for r in rows[-len(METRICS) :][:6]))
     gpu = device.slug(device.environment()["gpu"])
     path = results.gpu_folder(gpu) / "ssim_ncu.csv"
     if path.exists():  # keep the rows of versions not profiled now, in VERSIONS order

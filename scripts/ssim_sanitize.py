@@ -6,13 +6,11 @@ Inference and training mode of every version (and the fused mean, where a versio
 backward kernel; each result is checked against the float64 reference so a clean memcheck also means
 a correct map.
 """
+
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kernels.harness import check, device  # noqa: E402  (first: picks the mode)
-from kernels.ssim import backward, common, cuda_versions  # noqa: E402
+from kernels.harness import check, device
+from kernels.ssim import backward, common, cuda_versions
 
 SHAPES = ((1, 3, 37, 53), common.ALIGNED_SHAPE)  # odd sizes, and V7's 16-byte copy path
 
@@ -22,8 +20,9 @@ def main(versions) -> int:
         print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
         return 1
     import cupy
+
     failures = 0
-    versions = cuda_versions.runnable(versions or common.VERSIONS)   # a line for each this GPU cannot run
+    versions = cuda_versions.runnable(versions or common.VERSIONS)  # a line for each this GPU cannot run
     for shape in SHAPES:
         a, b = common.test_images(shape, seed=1)
         ref = common.reference(a, b, training=True)
@@ -32,9 +31,12 @@ def main(versions) -> int:
             for training in (False, True):
                 out = check.poison(cupy.empty(shape, dtype=cupy.float32))
                 got = common.run(version, da, db, out=out, training=training)
-                result = check.compare(got[0] if training else got, ref[0], atol=common.MAP_ATOL,
-                                       name=f"{version} {'x'.join(map(str, shape))} "
-                                            f"{'training' if training else 'inference'}")
+                result = check.compare(
+                    got[0] if training else got,
+                    ref[0],
+                    atol=common.MAP_ATOL,
+                    name=f"{version} {'x'.join(map(str, shape))} {'training' if training else 'inference'}",
+                )
                 failures += not result.ok
                 print(result)
             for result in common.fused_checks(version, [shape]) if version in common.fused_mean_versions() else ():

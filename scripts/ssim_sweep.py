@@ -9,17 +9,15 @@ rewritten (an option for a constant the file lacks is refused), compiled into a 
 checked against the version as committed (max abs difference of the map) and timed like
 bench.measure. Prints one line per variant; records nothing.
 """
+
 import argparse
 import re
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from kernels.harness import cuda_cpp, device, timing  # noqa: E402  (first: picks the mode)
-from kernels.ssim import bench, common, cuda_versions  # noqa: E402
+from kernels.harness import cuda_cpp, device, timing
+from kernels.ssim import bench, common, cuda_versions
 
 
 def _set(text: str, pattern: str, new: str, what: str) -> str:
@@ -39,8 +37,12 @@ def rewrite(version: str, rows: int, regs: int, unroll: int = 0, stages: int = 0
     cap = f"__maxnreg__({regs})" if regs else f"__launch_bounds__({cuda_versions.geometry(version)['threads']})"
     # The declaration, not the first __maxnreg__ in the file: V12's and V14's comments name one too.
     kernel = cuda_versions.kernel_name(version)
-    text = _set(text, rf"(__global__ void )(?:__maxnreg__\(\d+\)|__launch_bounds__\([^)]*\))(\s+{kernel}\()",
-                rf"\g<1>{cap}\g<2>", f"the register cap of {kernel}")
+    text = _set(
+        text,
+        rf"(__global__ void )(?:__maxnreg__\(\d+\)|__launch_bounds__\([^)]*\))(\s+{kernel}\()",
+        rf"\g<1>{cap}\g<2>",
+        f"the register cap of {kernel}",
+    )
     for name, value in (("kUnroll", unroll), ("kStages", stages), ("kColsPerThread", cols)):
         if value:
             text = _set(text, rf"constexpr int {name} = \d+;", f"constexpr int {name} = {value};", name)
@@ -79,8 +81,14 @@ def main() -> int:
             ints[name] = [int(v) for v in getattr(args, name).split(",")]
         except ValueError:
             p.error(f"--{name}: expected comma-separated integers, got {getattr(args, name)!r}")
-    variants = [(r, g, u, s, k) for r in ints["rows"] for g in ints["regs"] for u in ints["unroll"]
-                for s in ints["stages"] for k in ints["cols"]]
+    variants = [
+        (r, g, u, s, k)
+        for r in ints["rows"]
+        for g in ints["regs"]
+        for u in ints["unroll"]
+        for s in ints["stages"]
+        for k in ints["cols"]
+    ]
     # Every rewrite is checked before the GPU work: an option the file has no constant for is refused,
     # not ignored while the printed line claims it.
     for v in variants:
@@ -93,6 +101,7 @@ def main() -> int:
         return 1
     import cupy
     import numpy as np
+
     shape = common.BENCH_SHAPE
     n, c, h, w = shape
     sets = bench.inputs(shape)
@@ -105,18 +114,25 @@ def main() -> int:
             cols = geometry["threads"] * per_thread if per_thread else geometry["cols"]
             grid = ((w + cols - 1) // cols, (h + rows - 1) // rows, n * c)
 
-            def launch(a, b, training=0):
-                kernel(grid, (geometry["threads"],),
-                       (a, b, out, out, out, out, np.int32(h), np.int32(w), np.int32(training)))
+            def launch(a, b, training=0, *, kernel=kernel, grid=grid):  # this variant's, bound now
+                kernel(
+                    grid,
+                    (geometry["threads"],),
+                    (a, b, out, out, out, out, np.int32(h), np.int32(w), np.int32(training)),
+                )
+
             launch(*sets[0])
             diff = float(cupy.abs(out - ref).max())
             t = timing.benchmark(launch, args=sets, repeat=50)
             blocks = grid[0] * grid[1] * grid[2]
-            print(f"{args.version} kRows={rows} cap={regs or 'none'} unroll={unroll or 'as committed'} "
-                  f"stages={stages or 'as committed'} cols/thread={per_thread or 'as committed'}: "
-                  f"{t.median_ms:.4f} ms, "
-                  f"{res.registers} registers, spills {res.spill_stores} B, {blocks} blocks, "
-                  f"max |diff| vs committed {diff:.2e}", flush=True)
+            print(
+                f"{args.version} kRows={rows} cap={regs or 'none'} unroll={unroll or 'as committed'} "
+                f"stages={stages or 'as committed'} cols/thread={per_thread or 'as committed'}: "
+                f"{t.median_ms:.4f} ms, "
+                f"{res.registers} registers, spills {res.spill_stores} B, {blocks} blocks, "
+                f"max |diff| vs committed {diff:.2e}",
+                flush=True,
+            )
     return 0
 
 

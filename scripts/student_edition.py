@@ -16,6 +16,7 @@ GPU's results). The edition leaves out kernels/<chapter>/solutions.py, the publi
 wrong kernels of the auto-checked exercises: the checker grades without them (exercises.py), and the
 tests that run them skip.
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,9 +30,9 @@ from pathlib import Path
 
 import nbformat
 
+from kernels.harness.glue import stored
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from kernels.harness.glue import stored  # noqa: E402
 
 OUT = ROOT / "build" / "student"
 # A fenced {solution} directive: the closing fence is the opening one repeated, so the ``` of nested
@@ -99,9 +100,12 @@ def student_notebook(nb: dict) -> dict:
             source = re.sub(r"\n{3,}", "\n\n", SOLUTION.sub("", source)).strip("\n")
         elif cell["cell_type"] == "code" and hidden:
             source = _without_glues(source, names, hidden)
-            cell["outputs"] = [o for o in cell.get("outputs", [])
-                               if o.get("metadata", {}).get("scrapbook", {}).get("name") not in hidden]
-        if source.strip() or not "".join(cell["source"]).strip():    # a cell emptied here goes
+            cell["outputs"] = [
+                o
+                for o in cell.get("outputs", [])
+                if o.get("metadata", {}).get("scrapbook", {}).get("name") not in hidden
+            ]
+        if source.strip() or not "".join(cell["source"]).strip():  # a cell emptied here goes
             cell["source"] = source
             cells.append(cell)
     nb["cells"] = cells
@@ -111,10 +115,11 @@ def student_notebook(nb: dict) -> dict:
 def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     """Copy ``root``'s tracked files but LEFT_OUT into ``out`` (a fresh folder), every notebooks/*.ipynb
     as its student edition; return the notebooks written."""
-    if not (root / ".git").exists():    # inside a checkout, git would list the enclosing repository's files
+    if not (root / ".git").exists():  # inside a checkout, git would list the enclosing repository's files
         raise SystemExit(f"{root} is not a git checkout: the student edition copies its tracked files")
-    tracked = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True,
-                             check=True).stdout.split("\0")
+    tracked = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     notebooks = sorted(root.glob("notebooks/*.ipynb"))
     for name in tracked:
         source = root / name
@@ -124,7 +129,7 @@ def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     for path in notebooks:
         nb = nbformat.from_dict(student_notebook(nbformat.read(path, as_version=4)))
-        nbformat.write(nb, out / "notebooks" / path.name)    # validates
+        nbformat.write(nb, out / "notebooks" / path.name)  # validates
     return notebooks
 
 
@@ -132,10 +137,12 @@ def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     notebooks = write_edition(OUT)
     archive = shutil.make_archive(str(OUT), "zip", root_dir=OUT.parent, base_dir=OUT.name)
-    print(f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
-          f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
-          "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
-          f"Left out: {LEFT_OUT}, the auto-checked exercises' published solutions.")
+    print(
+        f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
+        f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
+        "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
+        f"Left out: {LEFT_OUT}, the auto-checked exercises' published solutions."
+    )
     return 0
 
 

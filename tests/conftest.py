@@ -1,4 +1,5 @@
 """Shared test set-up: the harness picks the mode (the simulator on a CPU) before numba.cuda loads."""
+
 import datetime
 import os
 from pathlib import Path
@@ -12,23 +13,27 @@ from kernels.harness import device
 
 def pytest_configure(config):
     if config.getoption("-m") == "gpu" and device.MODE != device.GPU:
-        pytest.exit(f"the tests marked gpu need a CUDA GPU, and this machine has none ({device.REASON}); "
-                    "`make test` runs everything else in the CUDA simulator", returncode=2)
-    if (path := os.environ.get("GPU_VERDICTS")) and device.MODE == device.GPU:    # set by `make gpu-test`
+        pytest.exit(
+            f"the tests marked gpu need a CUDA GPU, and this machine has none ({device.REASON}); "
+            "`make test` runs everything else in the CUDA simulator",
+            returncode=2,
+        )
+    if (path := os.environ.get("GPU_VERDICTS")) and device.MODE == device.GPU:  # set by `make gpu-test`
         config.pluginmanager.register(GpuVerdicts(config, Path(path)), "gpu-verdicts")
 
 
 class GpuVerdicts:
     """Writes the GPU verdict ledger (gpu_ledger.py) at the end of a run through the whole gpu suite."""
 
-    RANK = ("passed", "skipped", "failed")    # a test's outcome is the worst of its set-up, call and teardown
+    RANK = ("passed", "skipped", "failed")  # a test's outcome is the worst of its set-up, call and teardown
 
     def __init__(self, config, path: Path):
         self.path = path
         self.outcomes = {}
         tests = gpu_ledger.ROOT / "tests"
-        self.left_out = [a for a in config.args
-                         if not tests.is_relative_to(Path(config.invocation_params.dir, a).resolve())]
+        self.left_out = [
+            a for a in config.args if not tests.is_relative_to(Path(config.invocation_params.dir, a).resolve())
+        ]
 
     def pytest_deselected(self, items):
         self.left_out += [item.nodeid for item in items if "gpu" in item.keywords]
@@ -45,8 +50,9 @@ class GpuVerdicts:
         elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             self.message = f"GPU verdicts not written to {self.path}: the run stopped ({exitstatus!r})"
         else:
-            self.message = gpu_ledger.record(self.path, self.outcomes, device.properties()["name"],
-                                             datetime.date.today().isoformat())
+            self.message = gpu_ledger.record(
+                self.path, self.outcomes, device.properties()["name"], datetime.date.today().isoformat()
+            )
 
     def pytest_terminal_summary(self, terminalreporter):
         terminalreporter.write_line(self.message)

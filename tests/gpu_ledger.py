@@ -12,6 +12,7 @@ current bytes have no "pass" here. What a GPU run writes (conftest.py's pytest_s
 Sources no longer in the tree are dropped. The ledger covers the CUDA C++ bytes only: the Python kernels and
 launchers run in the simulator on every `make test`.
 """
+
 import hashlib
 import json
 from pathlib import Path
@@ -61,8 +62,11 @@ def build(old: dict, current: dict[str, str], result: str, gpu: str, day: str) -
 
 def unverified(ledger: dict, current: dict[str, str]) -> list[str]:
     """The sources whose current bytes have no passing GPU verdict."""
-    return sorted(path for path, digest in current.items()
-                  if ledger.get(path, {}).get("sha256") != digest or ledger[path].get("verdict") != "pass")
+    return sorted(
+        path
+        for path, digest in current.items()
+        if ledger.get(path, {}).get("sha256") != digest or ledger[path].get("verdict") != "pass"
+    )
 
 
 def record(path: Path, outcomes: dict[str, str], gpu: str, day: str, root: Path = ROOT) -> str:
@@ -70,8 +74,10 @@ def record(path: Path, outcomes: dict[str, str], gpu: str, day: str, root: Path 
     result = verdict(outcomes)
     if result is None:
         skipped = sum(o == "skipped" for o in outcomes.values())
-        return (f"GPU verdicts not written to {path}: {skipped} of {len(outcomes)} gpu tests skipped, "
-                "so this run did not check every kernel")
+        return (
+            f"GPU verdicts not written to {path}: {skipped} of {len(outcomes)} gpu tests skipped, "
+            "so this run did not check every kernel"
+        )
     current = sources(root)
     path.write_text(dumps(build(load(path), current, result, gpu, day)))
     return f"GPU verdicts: '{result}' for the {len(current)} CUDA C++ sources at their current hashes, in {path}"

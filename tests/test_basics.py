@@ -1,12 +1,13 @@
 """Chapter 0: the worked kernels against NumPy, the access recorder's counts, and the checker's hints for the
 mistakes the chapter's exercises are about. (tests/test_exercise.py runs every published solution and
 every registered mistake of every chapter, these included.)"""
+
 import numpy as np
 import pytest
-
-from kernels.harness import accesses, check, device, exercise
-from kernels.basics import examples as ex
 from numba import cuda  # after the harness: it picks the simulator
+
+from kernels.basics import examples as ex
+from kernels.harness import accesses, check, device, exercise
 
 simulator_only = pytest.mark.skipif(device.on_gpu(), reason="the recorder watches simulated kernels only")
 BASICS = [e for e in exercise.all_exercises() if e.label.startswith("basics-ex-")]
@@ -15,6 +16,7 @@ needs_solutions = pytest.mark.skipif(not SOLUTIONS, reason="the student edition 
 
 
 # --- the worked kernels ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [1, 37, 130])
 def test_scale_guarded_at_odd_sizes(n, rng):
@@ -77,6 +79,7 @@ def test_shared_stride(stride, rng):
 
 # --- the recorder: what one warp's access costs -------------------------------------------------------
 
+
 @pytest.mark.parametrize("stride, expected", [(1, 4), (2, 8), (4, 16), (8, 32), (37, 32)])
 def test_sectors_of_a_strided_warp(stride, expected):
     lanes = [4 * stride * k for k in range(32)]  # float32, lane k at element stride * k
@@ -84,9 +87,9 @@ def test_sectors_of_a_strided_warp(stride, expected):
 
 
 def test_sectors_of_a_misaligned_warp_and_of_a_broadcast():
-    assert accesses.sectors([4 + 4 * k for k in range(32)], 4) == 5   # 128 bytes from byte 4: one more sector
+    assert accesses.sectors([4 + 4 * k for k in range(32)], 4) == 5  # 128 bytes from byte 4: one more sector
     assert accesses.sectors([64] * 32, 4) == accesses.min_sectors([64] * 32, 4) == 1
-    assert accesses.sectors([8 * k for k in range(32)], 8) == 8      # float64: 256 bytes
+    assert accesses.sectors([8 * k for k in range(32)], 8) == 8  # float64: 256 bytes
 
 
 @pytest.mark.parametrize("stride, degree", [(1, 1), (2, 2), (4, 4), (16, 16), (32, 32), (33, 1)])
@@ -100,13 +103,16 @@ def test_one_word_read_by_every_lane_is_a_broadcast_and_float64_needs_two_passes
     assert accesses.bank_degree(lanes, 8) == accesses.min_bank_degree(lanes, 8) == 2
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: accesses.sectors([0, 4], 0), ValueError, "size must be >= 1"),
-    (lambda: accesses.sectors([0, -4], 4), ValueError, "addresses: each must be >= 0"),
-    (lambda: accesses.bank_degree([0.5], 4), ValueError, "addresses: each must be an integer"),
-    (lambda: accesses.bank_degree(7, 4), TypeError, "expected a sequence of byte addresses"),
-    (lambda: accesses.problems(accesses.Counts([]), ["fast"]), ValueError, "unknown expectations"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: accesses.sectors([0, 4], 0), ValueError, "size must be >= 1"),
+        (lambda: accesses.sectors([0, -4], 4), ValueError, "addresses: each must be >= 0"),
+        (lambda: accesses.bank_degree([0.5], 4), ValueError, "addresses: each must be an integer"),
+        (lambda: accesses.bank_degree(7, 4), TypeError, "expected a sequence of byte addresses"),
+        (lambda: accesses.problems(accesses.Counts([]), ["fast"]), ValueError, "unknown expectations"),
+    ],
+)
 def test_bad_input_is_named(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -114,11 +120,15 @@ def test_bad_input_is_named(call, error, match):
 
 def test_an_unknown_expectation_is_refused_at_registration():
     with pytest.raises(ValueError, match="expect must be among"):
-        exercise.register(exercise.Exercise("basics-ex-nothing", "", lambda rng, n: (), lambda: 0, sizes=(1,), atol=0,
-                                            expect=("fast",)))
+        exercise.register(
+            exercise.Exercise(
+                "basics-ex-nothing", "", lambda rng, n: (), lambda: 0, sizes=(1,), atol=0, expect=("fast",)
+            )
+        )
 
 
 # --- the recorder on simulated kernels ---------------------------------------------------------------
+
 
 def copy_counts(kernel, grid):
     x = np.arange(64 * 37, dtype=np.float32).reshape(64, 37)
@@ -142,7 +152,7 @@ def test_a_copy_along_columns_needs_a_sector_per_lane():
 def test_bank_conflicts_counted_per_warp():
     for stride, degree in ((1, 1), (2, 2), (32, 32), (33, 1)):
         x, out = np.ones(64, np.float32), np.zeros(64, np.float32)
-        counts = accesses.count(lambda: ex.shared_stride[2, 32](out, x, stride))
+        counts = accesses.count(lambda out=out, x=x, stride=stride: ex.shared_stride[2, 32](out, x, stride))
         (shared,) = {t.worst for t in counts.traffic.values() if t.space == "shared"}
         assert shared == degree
 
@@ -159,9 +169,11 @@ def test_a_missing_barrier_is_a_race_and_the_barrier_removes_it():
 @simulator_only
 @needs_solutions
 def test_reads_per_element_counts_every_thread():
-    counts = accesses.count(lambda: SOLUTIONS["basics-ex-stencil"].wrong[
-        "every thread reads its three inputs from global memory"][0](np.zeros(70, np.float32),
-                                                                    np.ones(70, np.float32)))
+    counts = accesses.count(
+        lambda: SOLUTIONS["basics-ex-stencil"].wrong["every thread reads its three inputs from global memory"][0](
+            np.zeros(70, np.float32), np.ones(70, np.float32)
+        )
+    )
     assert counts.reads_per_element() == {"x": (70 * 3 - 2, 70)}
 
 
@@ -171,6 +183,7 @@ def test_shared_arrays_start_poisoned_while_recording():
     def read_unwritten(out):
         buf = cuda.shared.array(4, np.float32)
         out[0] = buf[cuda.threadIdx.x]
+
     out = np.zeros(1, np.float32)
     accesses.count(lambda: read_unwritten[1, 1](out))
     assert np.isnan(out[0])
@@ -178,39 +191,64 @@ def test_shared_arrays_start_poisoned_while_recording():
 
 @simulator_only
 def test_recording_puts_the_simulator_back():
-    from numba.cuda.simulator import kernel as simkernel, kernelapi
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator import kernelapi
+
     before = (simkernel.FakeCUDAKernel.__call__, kernelapi.FakeCUDAShared.array, simkernel.BlockThread.syncthreads)
     with pytest.raises(ZeroDivisionError):
         with accesses.recording():
-            1 / 0
-    assert before == (simkernel.FakeCUDAKernel.__call__, kernelapi.FakeCUDAShared.array,
-                      simkernel.BlockThread.syncthreads)
+            raise ZeroDivisionError
+    assert before == (
+        simkernel.FakeCUDAKernel.__call__,
+        kernelapi.FakeCUDAShared.array,
+        simkernel.BlockThread.syncthreads,
+    )
 
 
 # --- the checker's hints for the chapter's mistakes ----------------------------------------------------
+
 
 @needs_solutions
 def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint():
     assert len(BASICS) >= 10 and set(SOLUTIONS) == {e.label for e in BASICS}
     words = {w for sol in SOLUTIONS.values() for _, w in sol.wrong.values()}
-    assert {"never written", "outside an array", "uncoalesced", "redundant global reads", "race",
-            "bank conflicts"} <= words
+    assert {
+        "never written",
+        "outside an array",
+        "uncoalesced",
+        "redundant global reads",
+        "race",
+        "bank conflicts",
+    } <= words
 
 
 @simulator_only
 @needs_solutions
-@pytest.mark.parametrize("label, mistake, said", [
-    ("basics-ex-guard", "off-by-one bounds check", "a missing bounds check"),
-    ("basics-ex-map-2d", "x and y swapped", "the reads of `x` need 5.0 sectors of 32 bytes per warp access "
-                                            "where 1.0 would do"),
-    ("basics-ex-transpose", "write along columns", "uncoalesced global access: the writes to `out`"),
-    ("basics-ex-row-sum", "one thread per row", "consecutive lanes touch addresses 400 bytes apart"),
-    ("basics-ex-stencil", "every thread reads its three inputs from global memory",
-     "the 70 elements of `x` that were read were read 208 times"),
-    ("basics-ex-stencil", "no barrier between the loads and the sums", "A cuda.syncthreads() is missing"),
-    ("basics-ex-block-sum", "no barrier between the steps", "a shared-memory race"),
-    ("basics-ex-banks", "a (32, 32) tile read by columns", "up to 32 lanes of a warp hit different words of one bank"),
-])
+@pytest.mark.parametrize(
+    "label, mistake, said",
+    [
+        ("basics-ex-guard", "off-by-one bounds check", "a missing bounds check"),
+        (
+            "basics-ex-map-2d",
+            "x and y swapped",
+            "the reads of `x` need 5.0 sectors of 32 bytes per warp access where 1.0 would do",
+        ),
+        ("basics-ex-transpose", "write along columns", "uncoalesced global access: the writes to `out`"),
+        ("basics-ex-row-sum", "one thread per row", "consecutive lanes touch addresses 400 bytes apart"),
+        (
+            "basics-ex-stencil",
+            "every thread reads its three inputs from global memory",
+            "the 70 elements of `x` that were read were read 208 times",
+        ),
+        ("basics-ex-stencil", "no barrier between the loads and the sums", "A cuda.syncthreads() is missing"),
+        ("basics-ex-block-sum", "no barrier between the steps", "a shared-memory race"),
+        (
+            "basics-ex-banks",
+            "a (32, 32) tile read by columns",
+            "up to 32 lanes of a warp hit different words of one bank",
+        ),
+    ],
+)
 def test_the_hint_names_the_array_and_the_cost(label, mistake, said, rng):
     report = exercise.get(label).check(SOLUTIONS[label].wrong[mistake][0], rng=rng)
     assert not report.ok and said in str(report), str(report)
@@ -236,11 +274,16 @@ def test_the_notebook_shows_each_published_solution_from_solutions_py():
     """Each {solution} of the chapter includes its code from kernels/basics/solutions.py, between markers there."""
     import json
     import re
+
     root = exercise.KERNELS.parent
-    markdown = "\n".join("".join(c["source"]) for c in json.loads((root / "notebooks" / "00_first_kernels.ipynb")
-                                                                    .read_text())["cells"])
-    shown = re.findall(r'\{solution\} ([\w-]+)\n:class: dropdown\n```\{literalinclude\} \.\./(\S+)\n'
-                       r':language: python\n:start-after: "(.+)"\n:end-before: "(.+)"\n', markdown)
+    markdown = "\n".join(
+        "".join(c["source"]) for c in json.loads((root / "notebooks" / "00_first_kernels.ipynb").read_text())["cells"]
+    )
+    shown = re.findall(
+        r"\{solution\} ([\w-]+)\n:class: dropdown\n```\{literalinclude\} \.\./(\S+)\n"
+        r':language: python\n:start-after: "(.+)"\n:end-before: "(.+)"\n',
+        markdown,
+    )
     assert {label for label, *_ in shown} == set(SOLUTIONS)
     for label, path, after, before in shown:
         assert path == "kernels/basics/solutions.py", f"{label}: its solution is included from {path}"

@@ -1,4 +1,5 @@
 """The built HTML book (make book): every chapter page exists, shows its figures and no error output."""
+
 import os
 import re
 from pathlib import Path
@@ -39,8 +40,9 @@ def test_page_exists_without_error_output(page, html):
 def test_chapter_shows_its_figures_and_gpu(page, html):
     text = (html / f"{page}.html").read_text()
     nb = nbformat.read(ROOT / f"{page}.ipynb", as_version=4)
-    n_figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                    if "image/png" in o.get("data", {}))
+    n_figures = sum(
+        1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+    )
     images = re.findall(r'<img[^>]+src="([^"]+)"', text)
     local = [src for src in images if not src.startswith(("http", "data:"))]
     assert len(local) >= n_figures
@@ -56,7 +58,12 @@ def test_chapter_tables_render_as_tables(page, html):
     table, not as a paragraph of pipes (CommonMark has no tables; _config.yml asks for GFM)."""
     text = (html / f"{page}.html").read_text()
     nb = nbformat.read(ROOT / f"{page}.ipynb", as_version=4)
-    n_tables = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                   if "|---|" in "".join(o.get("data", {}).get("text/markdown", "")))
+    n_tables = sum(
+        1
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "|---|" in "".join(o.get("data", {}).get("text/markdown", ""))
+    )
     assert n_tables > 0 and len(re.findall(r"<table\b", text)) >= n_tables
     assert not re.search(r"\|(---|—)\|", text), "a Markdown table was rendered as text"

@@ -1,23 +1,26 @@
 """book/_ext/book_fixes.py on doctrees made by hand (the built book itself: test_book.py)."""
-import sys
-from pathlib import Path
+
 from types import SimpleNamespace
 
 from docutils import nodes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
-import book_fixes  # noqa: E402
+import book_fixes
 
 
 def test_diff_headers_name_the_files_relative_to_the_book(tmp_path):
-    diff = (f"--- {tmp_path}/kernels/ssim/v0_naive.py\n+++ {tmp_path}/kernels/ssim/v1_no_redundancy.py\n"
-            f"@@ -1 +1 @@\n-{tmp_path}/old\n+new\n")
+    diff = (
+        f"--- {tmp_path}/kernels/ssim/v0_naive.py\n+++ {tmp_path}/kernels/ssim/v1_no_redundancy.py\n"
+        f"@@ -1 +1 @@\n-{tmp_path}/old\n+new\n"
+    )
     listing = f"path = '{tmp_path}/kernels'\n"
     doc = nodes.section()
     doc += nodes.literal_block(diff, diff, language="udiff")
     doc += nodes.literal_block(listing, listing, language="python")
     book_fixes._relative_diff_headers(SimpleNamespace(srcdir=tmp_path), doc)
-    expected = (f"--- kernels/ssim/v0_naive.py\n+++ kernels/ssim/v1_no_redundancy.py\n"
-                f"@@ -1 +1 @@\n-{tmp_path}/old\n+new\n")
-    assert [(b.astext(), b.rawsource) for b in doc.findall(nodes.literal_block)] == [(expected, expected),
-                                                                                  (listing, listing)]
+    expected = (
+        f"--- kernels/ssim/v0_naive.py\n+++ kernels/ssim/v1_no_redundancy.py\n@@ -1 +1 @@\n-{tmp_path}/old\n+new\n"
+    )
+    assert [(b.astext(), b.rawsource) for b in doc.findall(nodes.literal_block)] == [
+        (expected, expected),
+        (listing, listing),
+    ]

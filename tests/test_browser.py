@@ -3,19 +3,18 @@ network blocked, and finds no console errors, failed requests, broken images, br
 book or unrendered math. Screenshots of every page are kept in _build/screenshots/
 (scripts/browser_check.py does the work). Without Chromium these tests are skipped, unless
 BOOK_REQUIRE_BROWSER is set (`make test` sets it where CI is set; .ci/run installs Chromium)."""
+
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+import book_fixes
+import browser_check
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "book" / "_ext"))
-import book_fixes  # noqa: E402
-import browser_check  # noqa: E402
 
 CHROMIUM = browser_check.find_chromium()
 if CHROMIUM is None and not os.environ.get("BOOK_REQUIRE_BROWSER"):  # one line in the test summary
@@ -74,8 +73,9 @@ def test_pages_load_mathjax_from_the_book(book):
 
 
 def page_with_math(root: Path, mathjax_src: str) -> str:
-    (root / "math.html").write_text(f'<html><head><script async src="{mathjax_src}"></script></head>'
-                                    f'<body><p>{MATH}</p></body></html>')
+    (root / "math.html").write_text(
+        f'<html><head><script async src="{mathjax_src}"></script></head><body><p>{MATH}</p></body></html>'
+    )
     return "math.html"
 
 
@@ -85,13 +85,13 @@ def test_math_renders_offline_from_the_book_static(tmp_path, chromium):
     except FileNotFoundError as err:
         unavailable(str(err))
     page = page_with_math(tmp_path, "_static/" + book_fixes.MATHJAX_PATH)
-    report, = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
+    (report,) = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
     assert report.math == 1 and not report.problems, report.problems
 
 
 def test_math_from_a_cdn_fails_offline(tmp_path, chromium):
     page = page_with_math(tmp_path, "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js")
-    report, = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
+    (report,) = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
     problems = "\n".join(report.problems)
     assert "math not rendered" in problems and "raw TeX on the page" in problems
     assert "needs the network: https://cdn.jsdelivr.net/" in problems

@@ -3,16 +3,17 @@
 Numba stages run in the CUDA simulator on tiny odd problems; CUDA C++ stages are compiled here
 (registers, spills) and run only with -m gpu.
 """
+
 import dataclasses
 
 import numpy as np
 import pytest
 
-from kernels.harness import check, cuda_cpp, device, perfmodel
-from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
 from gpus import A100, RTX_4090, T4
+from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
+from kernels.harness import check, cuda_cpp, device, perfmodel
 
-ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)      # no size a multiple of any tile
+ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)  # no size a multiple of any tile
 NUMBA_STAGES = stages.numba_stages()
 
 
@@ -35,14 +36,14 @@ def test_reference_against_direct_loops():
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     want = np.zeros((2, 4, 4, 5))
     for n, k, h, w in np.ndindex(want.shape):
-        want[n, k, h, w] = np.sum(xp[n, :, h:h + 3, w:w + 3] * f[k])
+        want[n, k, h, w] = np.sum(xp[n, :, h : h + 3, w : w + 3] * f[k])
     np.testing.assert_allclose(common.reference(x, f), want, rtol=1e-12, atol=1e-12)
 
 
 def test_a_wrong_kernel_fails_the_check():
     x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)
     shifted = common.reference(x, f)
-    shifted[..., 1:] = shifted[..., :-1].copy()   # a classic off-by-one in the column index
+    shifted[..., 1:] = shifted[..., :-1].copy()  # a classic off-by-one in the column index
     assert not check.compare(shifted, common.reference(x, f), atol=1e-4, rtol=1e-5).ok
 
 
@@ -55,20 +56,23 @@ def test_flops_and_problems():
 STAGE = NUMBA_STAGES[2]  # COALESCING: NHWC
 
 
-@pytest.mark.parametrize("x_shape, f_shape, dtype, error, match", [
-    ((1, 7, 7, 3), (3, 3, 3, 5), np.float64, TypeError, "expected dtype float32"),
-    ((1, 7, 7, 3), (5, 5, 3, 5), np.float32, ValueError, "only 3x3 filters"),
-    ((1, 7, 7, 3), (3, 3, 4, 5), np.float32, ValueError, "4 input channels but the input has 3"),
-    ((7, 7, 3), (3, 3, 3, 5), np.float32, ValueError, "expected 4 dimensions"),
-    ((1, 7, 7, 0), (3, 3, 0, 5), np.float32, ValueError, "empty"),
-])
+@pytest.mark.parametrize(
+    "x_shape, f_shape, dtype, error, match",
+    [
+        ((1, 7, 7, 3), (3, 3, 3, 5), np.float64, TypeError, "expected dtype float32"),
+        ((1, 7, 7, 3), (5, 5, 3, 5), np.float32, ValueError, "only 3x3 filters"),
+        ((1, 7, 7, 3), (3, 3, 4, 5), np.float32, ValueError, "4 input channels but the input has 3"),
+        ((7, 7, 3), (3, 3, 3, 5), np.float32, ValueError, "expected 4 dimensions"),
+        ((1, 7, 7, 0), (3, 3, 0, 5), np.float32, ValueError, "empty"),
+    ],
+)
 def test_bad_input_is_rejected(x_shape, f_shape, dtype, error, match, xp):
     with pytest.raises(error, match=match):
         common.run(STAGE, xp.zeros(x_shape, dtype), xp.zeros(f_shape, dtype))
 
 
 def test_nchw_data_given_to_an_nhwc_stage_is_caught(xp):
-    x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)      # NCHW / KCRS
+    x, f = common.random_inputs(common.PROBLEMS["tiny"], seed=0)  # NCHW / KCRS
     with pytest.raises(ValueError, match=r"takes nhwc filters \(3, 3, C, K\), got shape \(5, 3, 3, 3\), the nchw"):
         common.run(STAGE, xp.asarray(x), xp.asarray(f))
 
@@ -95,22 +99,25 @@ def test_cpu_stage_checks_its_own_arrays():
     with pytest.raises(ValueError, match="f: expected a non-empty C-contiguous float32 4-D array"):
         common.run(seq, x, np.asfortranarray(f))
     y_shape = common.shapes(common.PROBLEMS["tiny"], "nchw")[2]
-    for y in (np.zeros(y_shape, np.float64), np.zeros(y_shape[:-1] + (8,), np.float32),
-              np.zeros(y_shape[:-1] + (2 * y_shape[-1],), np.float32)[..., ::2]):
+    for y in (
+        np.zeros(y_shape, np.float64),
+        np.zeros(y_shape[:-1] + (8,), np.float32),
+        np.zeros(y_shape[:-1] + (2 * y_shape[-1],), np.float32)[..., ::2],
+    ):
         with pytest.raises(ValueError, match=r"y: expected a C-contiguous float32 NumPy array of shape \(1, 5, 7, 7\)"):
             common.launcher(seq, x, f, y)
 
 
 @pytest.mark.parametrize("stage", [NUMBA_STAGES[0], STAGE], ids=lambda s: s.name)
 def test_output_overlapping_an_input_or_read_only_is_refused(stage):
-    p = common.Problem("same channels", 1, 4, 4, 6, 6)   # C == K: y has x's shape
+    p = common.Problem("same channels", 1, 4, 4, 6, 6)  # C == K: y has x's shape
     x, f = common.to_layout(*common.random_inputs(p, seed=0), stage.layout)
     xp = device.xp() if stage.device else np
     x, f = xp.asarray(x), xp.asarray(f)
     with pytest.raises(ValueError, match="y must not overlap x"):
         common.launcher(stage, x, f, x)
     if xp is not np:
-        return   # device memory has no read-only flag
+        return  # device memory has no read-only flag
     y = np.empty_like(x)
     y.setflags(write=False)
     with pytest.raises(ValueError, match="y: the output array is read-only"):
@@ -132,7 +139,7 @@ def test_tensors_of_2_31_elements_are_refused(stage):
         x_shape, f_shape, _ = common.shapes(common.Problem("big", n=1, c=c, k=k, h=256, w=256), stage.layout)
         try:
             x = xp.zeros(x_shape, np.float32)
-        except MemoryError:   # CuPy's OutOfMemoryError too
+        except MemoryError:  # CuPy's OutOfMemoryError too
             pytest.skip("this machine cannot allocate an 8 GiB array")
         with pytest.raises(ValueError, match=r"2\*\*31 or more elements are not supported"):
             common.run(stage, x, xp.zeros(f_shape, np.float32))
@@ -156,19 +163,22 @@ def test_cuda_cpp_stage_says_it_needs_a_gpu():
         common.run(cuda_stages.S5, x, f)
 
 
-@pytest.mark.parametrize("name, tile, match", [
-    ("REGISTER TILING", dict(BM=120, BN=64, BKC=8), "BM must be a multiple of 16"),
-    ("REGISTER TILING", dict(BM=128, BN=64, BKC=6), "BKC must be a multiple of 4"),
-    ("DOUBLE BUFFER", dict(BM=1024, BN=128, BKC=8), "32 to 1024"),
-    ("DOUBLE BUFFER", dict(BM=128, BN=64), "tile must set exactly"),
-    ("VECTORIZE & UNROLL", dict(BY=8, BN=32, TM=6, BKC=16), "TM must be a multiple of 4"),
-    ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=65), "SPLIT must be at most 64"),
-    ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=0), "positive integers"),
-    ("HALO TILE", dict(TH=8, TW=12, BN=64, BKC=8), "TW must be a multiple of 8"),
-    ("HALO TILE", dict(TH=16, TW=16, BN=64, BKC=36), "shared memory"),
-    ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=6), "BKC must be a multiple of 4"),
-    ("HALO TILE", dict(TH=8, TW=16, BKC=8), "tile must set exactly"),
-])
+@pytest.mark.parametrize(
+    "name, tile, match",
+    [
+        ("REGISTER TILING", dict(BM=120, BN=64, BKC=8), "BM must be a multiple of 16"),
+        ("REGISTER TILING", dict(BM=128, BN=64, BKC=6), "BKC must be a multiple of 4"),
+        ("DOUBLE BUFFER", dict(BM=1024, BN=128, BKC=8), "32 to 1024"),
+        ("DOUBLE BUFFER", dict(BM=128, BN=64), "tile must set exactly"),
+        ("VECTORIZE & UNROLL", dict(BY=8, BN=32, TM=6, BKC=16), "TM must be a multiple of 4"),
+        ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=65), "SPLIT must be at most 64"),
+        ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=0), "positive integers"),
+        ("HALO TILE", dict(TH=8, TW=12, BN=64, BKC=8), "TW must be a multiple of 8"),
+        ("HALO TILE", dict(TH=16, TW=16, BN=64, BKC=36), "shared memory"),
+        ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=6), "BKC must be a multiple of 4"),
+        ("HALO TILE", dict(TH=8, TW=16, BKC=8), "tile must set exactly"),
+    ],
+)
 def test_bad_tiles_are_rejected(name, tile, match):
     with pytest.raises(ValueError, match=match):
         cuda_stages.stage(name, tile)
@@ -209,14 +219,14 @@ def test_autotune_splits_only_problems_with_few_blocks():
 def test_autotune_candidates_use_the_gpus_sm_count(monkeypatch):
     """Reduction slices only while the output tiles give fewer than four blocks per SM: how many SMs
     comes from the GPU (the reference GPU's without one), not from a constant."""
-    p = common.PROBLEMS["conv2"]   # 64 x 64 tiles: 49 x 8 = 392 blocks
+    p = common.PROBLEMS["conv2"]  # 64 x 64 tiles: 49 x 8 = 392 blocks
 
     def splits(*sms):
         return {t["SPLIT"] for t in s9_autotune.candidates(p, *sms) if (t["BM"], t["BN"]) == (64, 64)}
 
-    assert max(splits()) > 1 and splits(90) == {1}   # 132 SMs: 392 < 4 x 132; 90 SMs: not
+    assert max(splits()) > 1 and splits(90) == {1}  # 132 SMs: 392 < 4 x 132; 90 SMs: not
     monkeypatch.setattr(device, "on_gpu", lambda: True)
-    monkeypatch.setattr(device, "properties", lambda: T4)   # 40 SMs
+    monkeypatch.setattr(device, "properties", lambda: T4)  # 40 SMs
     assert splits() == {1}
     for bad in (0, 1.5, "132"):
         with pytest.raises(ValueError, match="sms must be a positive integer"):
@@ -226,6 +236,7 @@ def test_autotune_candidates_use_the_gpus_sm_count(monkeypatch):
 def test_launch_shape_follows_the_numba_stages_constants(monkeypatch):
     """The model's launch shapes read the stages' own block sizes and tiles, so they cannot drift."""
     from kernels.conv import s1_naive, s3_block_tiling
+
     p = common.PROBLEMS["conv2"]
     assert model.launch_shape("SHARED", p) == (49 * 16, 256)
     monkeypatch.setattr(s1_naive, "THREADS", 128)
@@ -271,7 +282,7 @@ def test_stages_a_gpu_cannot_run_are_named_with_the_reason(monkeypatch):
 def test_halo_tile_launch_and_shared_memory():
     """HALO TILE tiles the image in 2-D; its dynamic shared memory enters the model's occupancy."""
     tile = cuda_stages.DEFAULTS["HALO TILE"]
-    p = common.PROBLEMS["conv2"]   # 14 x 14 images: one 16 x 16 tile each, 8 blocks of 64 output channels
+    p = common.PROBLEMS["conv2"]  # 14 x 14 images: one 16 x 16 tile each, 8 blocks of 64 output channels
     assert model.launch_shape("HALO TILE", p, tile) == (16 * 1 * 1 * 8, 256)
     _, res = model.compiled("HALO TILE", tile)
     assert res.smem_bytes == cuda_stages.dynamic_smem_bytes("HALO TILE", tile) > 48 * 1024
@@ -281,9 +292,15 @@ def test_halo_tile_launch_and_shared_memory():
 def test_l1_wavefronts_match_a_direct_count():
     """The closed form (3H - 2)(3W - 2) for in-image taps, against counting them pixel by pixel."""
     p = common.Problem("w", n=2, c=3, k=40, h=5, w=4)
-    taps = sum(1 for h in range(p.h) for w in range(p.w) for r in range(3) for s in range(3)
-               if 0 <= h + r - 1 < p.h and 0 <= w + s - 1 < p.w)
-    warps = 2   # 40 output channels: two warps per pixel
+    taps = sum(
+        1
+        for h in range(p.h)
+        for w in range(p.w)
+        for r in range(3)
+        for s in range(3)
+        if 0 <= h + r - 1 < p.h and 0 <= w + s - 1 < p.w
+    )
+    warps = 2  # 40 output channels: two warps per pixel
     assert model.l1_wavefronts("NAIVE", p) == p.n * warps * p.c * taps * 33 + p.pixels * warps * 32
     assert model.l1_wavefronts("COALESCING", p) == p.n * warps * p.c * taps * 2 + p.pixels * warps
     assert model.l1_wavefronts("REGISTER TILING", p) is None
@@ -315,7 +332,7 @@ def test_sass_counts_cover_every_flop(name, problem):
     assert c is not None
     blocks, threads = model.launch_shape(name, p, tile)
     bm, bn = cuda_stages.tile_shape(name, tile)
-    padded_macs = blocks // tile.get("SPLIT", 1) * bm * bn * 9 * p.c   # slices share the work
+    padded_macs = blocks // tile.get("SPLIT", 1) * bm * bn * 9 * p.c  # slices share the work
     assert c.fp32 * 32 == padded_macs
     assert 0 < c.ldst < c.fp32 and c.other > 0
 
@@ -327,8 +344,10 @@ def test_latency_term_sees_the_double_buffer():
     p = common.PROBLEMS["conv2"]
     w = perfmodel.Weights(1.0, 4.0, 1.0)
     lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32)
-    eta = {name: model.latency_efficiency(name, p, w, lat, cuda_stages.DEFAULTS[name])
-           for name in ("REGISTER TILING", "DOUBLE BUFFER")}
+    eta = {
+        name: model.latency_efficiency(name, p, w, lat, cuda_stages.DEFAULTS[name])
+        for name in ("REGISTER TILING", "DOUBLE BUFFER")
+    }
     assert eta["REGISTER TILING"](2) < eta["DOUBLE BUFFER"](2) <= 1
     assert eta["REGISTER TILING"](1) <= eta["REGISTER TILING"](2) <= eta["REGISTER TILING"](3)
     instructions = perfmodel.parse_sass(model.compiled("REGISTER TILING")[0])
@@ -350,8 +369,9 @@ def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
     """conv1's sweep over C = 64 channels fits in L1 beside the tiles (about 44% of sectors hit: input
     sectors, BM of BM + BN, at the tap reuse rate); conv2's 512 channels do not; cp.async.cg skips L1."""
     props = device.REFERENCE_PROPERTIES
-    res = cuda_cpp.Resources("k", "sm_90", registers=128, spill_stores=0, spill_loads=0, stack_bytes=0,
-                             smem_bytes=12 * 1024)
+    res = cuda_cpp.Resources(
+        "k", "sm_90", registers=128, spill_stores=0, spill_loads=0, stack_bytes=0, smem_bytes=12 * 1024
+    )
     tile = cuda_stages.DEFAULTS["DOUBLE BUFFER"]
     conv1, conv2 = common.PROBLEMS["conv1"], common.PROBLEMS["conv2"]
     h = model.l1_hit_rate("DOUBLE BUFFER", conv1, res, tile, props)
@@ -368,15 +388,16 @@ def test_l1_hit_rate_needs_the_tap_sweep_to_fit():
 def test_l1_size_comes_from_the_compute_capability():
     assert model.l1_smem_bytes(device.REFERENCE_PROPERTIES) == 256 * 1024
     assert model.l1_smem_bytes(A100) == 192 * 1024
-    assert model.l1_smem_bytes(T4) == 64 * 1024   # not listed: shared memory alone
+    assert model.l1_smem_bytes(T4) == 64 * 1024  # not listed: shared memory alone
 
 
 def test_occupancy_charges_the_tail_where_ncu_saw_it():
     """SPLIT-K on conv2: 600 blocks, 3 resident per SM (151 registers). A busiest SM with 5 blocks is
     the spread tail the model assumes; with 6 it ran two full waves."""
     props = device.REFERENCE_PROPERTIES
-    res = cuda_cpp.Resources("k", "sm_90", registers=151, spill_stores=0, spill_loads=0, stack_bytes=0,
-                             smem_bytes=12544)
+    res = cuda_cpp.Resources(
+        "k", "sm_90", registers=151, spill_stores=0, spill_loads=0, stack_bytes=0, smem_bytes=12544
+    )
     p = common.PROBLEMS["conv2"]
     spread = model.occupancy("SPLIT-K", p, res, props=props)
     assert model.occupancy("SPLIT-K", p, res, props=props, busiest_sm_blocks=5) == spread
@@ -414,8 +435,16 @@ def test_predict_composes_the_model():
     c = model.sass_counts("SPLIT-K", p, tile, sass=sass)
     eff = model.latency_efficiency("SPLIT-K", p, w, lat, tile, sass, l1_hit=0.0)
     occ = model.occupancy("SPLIT-K", p, res, tile, props, efficiency=eff)
-    want = perfmodel.predict(p.flops, c, w, peak_gflops=63000.0, occupancy=occ, fp32_flops=64,
-                             epilogue_bytes=model.epilogue_bytes("SPLIT-K", p, tile), bandwidth_gbps=3000.0)
+    want = perfmodel.predict(
+        p.flops,
+        c,
+        w,
+        peak_gflops=63000.0,
+        occupancy=occ,
+        fp32_flops=64,
+        epilogue_bytes=model.epilogue_bytes("SPLIT-K", p, tile),
+        bandwidth_gbps=3000.0,
+    )
     assert got.counts == c and got.counted_from == "SASS" and got.l1_hit == 0.0
     assert got.prediction.gflops == pytest.approx(want.gflops)
     spread = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, busiest_sm_blocks=5, **rates)
@@ -423,7 +452,7 @@ def test_predict_composes_the_model():
     # 600 blocks of 4 warps, 3 per SM: the rule clusters the 204 left (latency-bound first wave), ncu's 5 spread them
     assert (got.waves.blocks, got.waves.warps_per_block, got.waves.resident) == (600, 4, 3)
     assert got.waves.per_sm == [3, 3] and spread.waves.per_sm == [3, 2] and spread.waves.tail == 2
-    placed = got.place(5)   # placed again, without compiling or simulating again
+    placed = got.place(5)  # placed again, without compiling or simulating again
     assert placed.prediction == spread.prediction and placed.waves == spread.waves
     assert placed.efficiency is got.efficiency
     assert spread.place(None).prediction == got.prediction
@@ -440,13 +469,16 @@ def test_load_rate_kernels_measure_the_pipe_not_the_issue():
     """One LDS.32 or LDG.32 per SM and cycle is 4 issue slots of each of the 4 schedulers: the rate
     kernels' loops issue at most 3 instructions per load, so the load pipe, not the issue, sets the rate."""
     from kernels.harness import sass
+
     text = sass.disassemble_text(cuda_cpp.compile_cubin("conv/rates.cu", "sm_90").cubin)
     for kernel, load in (("lds_rate", "LDS"), ("ldg_rate", "LDG")):
         instructions = perfmodel.parse_sass(text, kernel)
-        bodies = [[i for i in instructions if lp.start <= i.address <= lp.end] for lp in perfmodel.find_loops(instructions)]
-        body = max(bodies, key=lambda b: sum(i.base == load for i in b))   # the timed loop, not the table fill
+        bodies = [
+            [i for i in instructions if lp.start <= i.address <= lp.end] for lp in perfmodel.find_loops(instructions)
+        ]
+        body = max(bodies, key=lambda b: sum(i.base == load for i in b))  # the timed loop, not the table fill
         loads = sum(i.base == load for i in body)
-        assert loads >= 8 and len(body) / loads <= 3, (kernel, loads, len(body))   # issue well under the pipe
+        assert loads >= 8 and len(body) / loads <= 3, (kernel, loads, len(body))  # issue well under the pipe
 
 
 def test_mix_loop_counts_one_iteration_of_chains_and_loads():
@@ -468,8 +500,11 @@ def test_mix_slots_add_up_or_overlap():
 
 # --- on a real GPU ------------------------------------------------------------------------------
 
-GPU_PROBLEMS = [common.PROBLEMS["odd4"], common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),
-                common.Problem("batch", n=3, c=8, k=132, h=5, w=7)]
+GPU_PROBLEMS = [
+    common.PROBLEMS["odd4"],
+    common.Problem("odd37", n=1, c=20, k=36, h=37, w=13),
+    common.Problem("batch", n=3, c=8, k=132, h=5, w=7),
+]
 
 
 @pytest.mark.gpu
@@ -484,6 +519,7 @@ def test_gpu_stage_matches_reference(stage, problem):
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 def test_gpu_autotune_picks_a_correct_tile():
     import cupy
+
     p = GPU_PROBLEMS[1]
     x, f = common.to_layout(*common.random_inputs(p), "nhwc")
     x, f = cupy.asarray(x), cupy.asarray(f)
@@ -511,6 +547,7 @@ def test_gpu_split_k_zeroes_a_numba_device_array():
     """validate accepts any device array: a CUDA C++ stage launches on Numba's arrays too, and SPLIT-K
     zeroes a Numba output before its slices add to it."""
     from numba import cuda
+
     p = GPU_PROBLEMS[1]
     x, f = common.random_inputs(p, seed=0)
     xs, fs = common.to_layout(x, f, "nhwc")
@@ -518,8 +555,9 @@ def test_gpu_split_k_zeroes_a_numba_device_array():
     s = cuda_stages.stage("SPLIT-K", dict(BM=64, BN=32, BKC=8, SPLIT=3))
     common.launcher(s, cuda.to_device(xs), cuda.to_device(fs), y)()
     cuda.synchronize()
-    check.assert_close(common.output_to_nchw(y.copy_to_host(), "nhwc"), common.reference(x, f),
-                       atol=common.tolerance(p), rtol=1e-5)
+    check.assert_close(
+        common.output_to_nchw(y.copy_to_host(), "nhwc"), common.reference(x, f), atol=common.tolerance(p), rtol=1e-5
+    )
 
 
 HALO_TILES = [dict(TH=8, TW=16, BN=64, BKC=16), dict(TH=8, TW=16, BN=64, BKC=8), dict(TH=16, TW=16, BN=64, BKC=8)]
@@ -529,8 +567,9 @@ HALO_TILES = [dict(TH=8, TW=16, BN=64, BKC=16), dict(TH=8, TW=16, BN=64, BKC=8),
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("tile", HALO_TILES, ids=lambda t: "x".join(str(v) for v in t.values()))
-@pytest.mark.parametrize("problem", GPU_PROBLEMS + [common.Problem("c68", n=2, c=68, k=72, h=9, w=33)],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "problem", GPU_PROBLEMS + [common.Problem("c68", n=2, c=68, k=72, h=9, w=33)], ids=lambda p: p.name
+)
 def test_gpu_halo_tile_variants(tile, problem):
     """Every HALO TILE tile the notebook times: halo edges, partial channel chunks, partial K blocks."""
     s = cuda_stages.stage("HALO TILE", tile)
@@ -541,9 +580,10 @@ def test_gpu_halo_tile_variants(tile, problem):
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 def test_gpu_misaligned_view_is_rejected():
     import cupy
+
     x, f = common.to_layout(*common.random_inputs(common.PROBLEMS["odd4"], seed=0), "nhwc")
     flat = cupy.zeros(x.size + 1, dtype=cupy.float32)
-    xs = flat[1:].reshape(x.shape)            # contiguous, but 4 bytes past a 16-byte boundary
+    xs = flat[1:].reshape(x.shape)  # contiguous, but 4 bytes past a 16-byte boundary
     with pytest.raises(ValueError, match="16-byte aligned"):
         common.run(cuda_stages.S6, xs, cupy.asarray(f))
 
@@ -559,6 +599,7 @@ def test_cudnn_baseline_says_in_one_line_why_it_cannot_run():
 
 def test_cudnn_graph_refuses_an_unknown_layout():
     from kernels.harness import cudnn_conv
+
     with pytest.raises(ValueError, match="layout must be one of"):
         cudnn_conv.ConvFprop(1, 4, 5, 5, 4, dtype="float", layout="chwn")
 
@@ -571,6 +612,7 @@ def test_gpu_cudnn_baseline_matches_reference(layout):
     if cudnn_baseline.unavailable():
         pytest.skip(cudnn_baseline.unavailable())
     import cupy
+
     p = GPU_PROBLEMS[1]
     x, f = common.random_inputs(p)
     conv = cudnn_baseline.CudnnConv(p, layout)

@@ -1,5 +1,6 @@
 """The reader layer: the results page from any subset of GPUs and chapters, the published-repository
 config (no placeholder URL), the Colab set-up, and the course pages' references to exercises."""
+
 import ast
 import re
 import shutil
@@ -12,30 +13,45 @@ from pathlib import Path
 import pytest
 import yaml
 
+import book_config
+import results_page
 from kernels.harness import colab, device, results
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import book_config  # noqa: E402
-import results_page  # noqa: E402
 
 
 def write_rows(root: Path, gpu: str, chapter: str, rows: list[tuple], date="2026-01-01T00:00:00Z"):
-    env = {"date": date, "commit": "abc", "gpu": gpu, "gpu_slug": device.slug(gpu), "driver": "1.0",
-           "cuda_runtime": "12.9"}
-    results.record(chapter, [dict(zip(("kernel", "problem", "metric", "value", "unit"), r)) for r in rows],
-                   env=env, root=root)
+    env = {
+        "date": date,
+        "commit": "abc",
+        "gpu": gpu,
+        "gpu_slug": device.slug(gpu),
+        "driver": "1.0",
+        "cuda_runtime": "12.9",
+    }
+    results.record(
+        chapter,
+        [dict(zip(("kernel", "problem", "metric", "value", "unit"), r, strict=True)) for r in rows],
+        env=env,
+        root=root,
+    )
 
 
 # --- the results page ----------------------------------------------------------------------------
 
+
 def test_results_page_with_two_gpus_and_a_subset_of_chapters(tmp_path):
     root, out = tmp_path / "results", tmp_path / "generated"
     write_rows(root, "GPU Alpha", "machine", [("memcpy", "1024 MiB", "GB/s", 1000.0, "GB/s")])
-    write_rows(root, "GPU Alpha", "machine", [("memcpy", "1024 MiB", "GB/s", 1234.0, "GB/s")],
-               date="2026-02-01T00:00:00Z")  # a newer run of the same number wins
-    write_rows(root, "GPU Beta", "machine", [("memcpy", "1024 MiB", "GB/s", 567.0, "GB/s"),
-                                             ("copy_kernel", "1024 MiB", "GB/s", 432.0, "GB/s")])
+    write_rows(
+        root, "GPU Alpha", "machine", [("memcpy", "1024 MiB", "GB/s", 1234.0, "GB/s")], date="2026-02-01T00:00:00Z"
+    )  # a newer run of the same number wins
+    write_rows(
+        root,
+        "GPU Beta",
+        "machine",
+        [("memcpy", "1024 MiB", "GB/s", 567.0, "GB/s"), ("copy_kernel", "1024 MiB", "GB/s", 432.0, "GB/s")],
+    )
     write_rows(root, "GPU Beta", "ssim", [("V1", "1x3x2160x3840", "ms", 3.5, "ms")])
     md = results_page.write(root, out).read_text()
     copy = md.split("### Copy bandwidth, 1 GiB")[1].split("###")[0]
@@ -57,7 +73,7 @@ def test_probes_summary_divides_by_each_gpus_own_lanes(tmp_path):
         write_rows(root, gpu, "machine", [("device", "-", "cc", cc, ""), ("device", "-", "sms", 100, "")])
     table = results_page.probes_summary(results_page.measured(root))
     (per_lane,) = [line for line in table.splitlines() if line.startswith("| FMA per cycle per lane, one chain")]
-    assert "| 1 | 0.5 |" in per_lane   # columns in name order: Ampere 64 / 64, Hopper 64 / 128
+    assert "| 1 | 0.5 |" in per_lane  # columns in name order: Ampere 64 / 64, Hopper 64 / 128
 
 
 def test_results_page_without_any_results(tmp_path):
@@ -92,6 +108,7 @@ def test_the_committed_results_feed_the_page():
 
 # --- the repository URL: one setting, no placeholder ------------------------------------------------
 
+
 def test_config_has_no_repository_until_one_is_given():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert "repository" not in config and "colab_url" not in config.get("launch_buttons", {})
@@ -113,11 +130,13 @@ def test_published_page_has_a_colab_button(tmp_path):
     (book / "_toc.yml").write_text("format: jb-book\nroot: notebooks/01_machine\n")
     config = book_config.published_config("https://github.com/someone/labbook")
     (book / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    subprocess.run([sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(book),
-                    "--quiet"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(book), "--quiet"],
+        check=True,
+        capture_output=True,
+    )
     page = (book / "_build" / "html" / "notebooks" / "01_machine.html").read_text()
-    assert ("https://colab.research.google.com/github/someone/labbook/blob/main/notebooks/01_machine.ipynb"
-            in page)
+    assert "https://colab.research.google.com/github/someone/labbook/blob/main/notebooks/01_machine.ipynb" in page
 
 
 @pytest.mark.parametrize("url", ["https://github.com/OWNER", "git@github.com:a/b.git", "https://gitlab.com/a/b"])
@@ -127,6 +146,7 @@ def test_published_config_rejects_what_colab_cannot_open(url):
 
 
 # --- Colab set-up --------------------------------------------------------------------------------------
+
 
 def test_pins_come_from_requirements():
     pins = colab.pins()
@@ -158,6 +178,7 @@ def runtime(monkeypatch):
         if colab_runtime:
             monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20260101-060000_RC00")
         return calls
+
     return on
 
 
@@ -181,9 +202,9 @@ def test_setup_installs_nothing_off_colab(runtime, capsys):
 def test_setup_on_colab_installs_the_pins_into_this_interpreter(runtime, capsys):
     calls = runtime(True)
     assert colab.setup() == device.MODE
-    (cmd, constraints), = calls
+    ((cmd, constraints),) = calls
     assert cmd[:4] == [sys.executable, "-m", "pip", "install"]
-    specs = cmd[cmd.index("-c") + 2:]
+    specs = cmd[cmd.index("-c") + 2 :]
     requirements = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
     assert specs and all("==" in spec and spec in requirements for spec in specs)
     assert {spec.split("[")[0].split("==")[0] for spec in specs} == set(colab.NEEDED.values())
@@ -209,6 +230,7 @@ def test_setup_on_colab_with_everything_installed(runtime, monkeypatch, capsys):
 
 # --- the course pages ------------------------------------------------------------------------------------
 
+
 def notebook_labels() -> set:
     labels = set()
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
@@ -231,12 +253,12 @@ def test_course_pages_name_existing_exercises(page):
 
 def test_auto_checked_exercises_are_the_registered_ones():
     from kernels.harness import exercise
+
     text = (ROOT / "book" / "syllabus.md").read_text()
     claimed = set(re.findall(r"\{ref\}`([\w-]+)` \(auto-checked\)", text))
     assert claimed and claimed <= {ex.label for ex in exercise.all_exercises()}
     unmarked = {ex.label for ex in exercise.all_exercises()} - claimed
     assert not unmarked, f"registered but not marked (auto-checked) in the syllabus: {sorted(unmarked)}"
-
 
 
 def test_the_syllabus_places_every_exercise():

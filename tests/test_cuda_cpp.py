@@ -1,4 +1,5 @@
 """Every CUDA C++ source in kernels/ compiles for each target without a GPU; ptxas's report is kept."""
+
 import csv
 from pathlib import Path
 
@@ -16,8 +17,19 @@ def report():
     yield rows
     REPORT.parent.mkdir(exist_ok=True)
     with REPORT.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["source", "kernel", "arch", "registers", "spill_stores",
-                                               "spill_loads", "stack_bytes", "smem_bytes"])
+        writer = csv.DictWriter(
+            f,
+            fieldnames=[
+                "source",
+                "kernel",
+                "arch",
+                "registers",
+                "spill_stores",
+                "spill_loads",
+                "stack_bytes",
+                "smem_bytes",
+            ],
+        )
         writer.writeheader()
         writer.writerows(rows)
 
@@ -69,12 +81,14 @@ def test_load_for_an_arch_keeps_its_cubins_in_one_folder_removed_at_exit(tmp_pat
     """Two variants of one source (as conv's -DMIX_LOADS=n) get two files, not two temporary folders."""
     import sys
     import types
+
     src = tmp_path / "k.cu"
     src.write_text('extern "C" __global__ void k(float* x) { x[0] = X; }\n')
     loaded, at_exit = [], []
 
     def raw_module(path):
         return types.SimpleNamespace(get_function=lambda name: loaded.append(Path(path)) or name)
+
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(RawModule=raw_module))
     monkeypatch.setattr(cuda_cpp.device, "MODE", cuda_cpp.device.GPU)
     monkeypatch.setattr(cuda_cpp.atexit, "register", lambda f, *args, **kwargs: at_exit.append((f, args, kwargs)))
@@ -97,8 +111,14 @@ ptxas info    : Function properties for k
 ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
 ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]"""
     (r,) = cuda_cpp.parse_ptxas_log(log, "sm_90")
-    assert (r.kernel, r.registers, r.spill_stores, r.spill_loads, r.stack_bytes, r.smem_bytes) == \
-        ("k", 40, 4, 12, 8, 2048)
+    assert (r.kernel, r.registers, r.spill_stores, r.spill_loads, r.stack_bytes, r.smem_bytes) == (
+        "k",
+        40,
+        4,
+        12,
+        8,
+        2048,
+    )
 
 
 def test_nvrtc_writes_into_its_own_buffers(tmp_path):
@@ -107,4 +127,4 @@ def test_nvrtc_writes_into_its_own_buffers(tmp_path):
     src.write_bytes(b'extern "C" __global__ void k(float *x) { x[0] = 1.0f; }')
     log, cubin = cuda_cpp._nvrtc(src, src.read_bytes(), ["-arch=sm_90"])
     assert cubin[:4] == b"\x7fELF" and isinstance(cubin, bytes)
-    assert bytes([32])[0] == 32   # the shared one-byte object still holds its space
+    assert bytes([32])[0] == 32  # the shared one-byte object still holds its space

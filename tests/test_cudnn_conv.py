@@ -1,4 +1,5 @@
 """The cuDNN graph's operand checks: they run before cuDNN, so they are tested without it."""
+
 import numpy as np
 import pytest
 
@@ -10,8 +11,13 @@ class FakeGpuArray:
 
     def __init__(self, shape, dtype, ptr=4096):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str, "data": (ptr, False),
-                                         "strides": None, "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (ptr, False),
+            "strides": None,
+            "version": 3,
+        }
 
 
 SHAPES = cudnn_conv.operand_shapes(2, 8, 7, 9, 16, 3, 3, pad=1, stride=2, layout="nhwc")
@@ -25,7 +31,10 @@ def operands(dtype=np.float16, **shapes):
 def test_operand_shapes_follow_the_layout():
     assert SHAPES == {"x": (2, 7, 9, 8), "w": (16, 3, 3, 8), "y": (2, 4, 5, 16)}
     assert cudnn_conv.operand_shapes(2, 8, 7, 9, 16, 3, 3, pad=1, stride=2, layout="nchw") == {
-        "x": (2, 8, 7, 9), "w": (16, 8, 3, 3), "y": (2, 16, 4, 5)}
+        "x": (2, 8, 7, 9),
+        "w": (16, 8, 3, 3),
+        "y": (2, 16, 4, 5),
+    }
     with pytest.raises(ValueError, match="layout must be one of"):
         cudnn_conv.operand_shapes(2, 8, 7, 9, 16, 3, 3, pad=1, stride=2, layout="chwn")
 
@@ -46,7 +55,7 @@ def test_device_pointers_refuse_wrong_operands():
 
 def test_launcher_and_time_plans_check_operands_before_cuda():
     """A wrong operand raises from the launcher, and time_plans does not file it as a failed plan."""
-    conv = object.__new__(cudnn_conv.ConvFprop)   # no cuDNN here: only what the checks read
+    conv = object.__new__(cudnn_conv.ConvFprop)  # no cuDNN here: only what the checks read
     conv.shapes, conv.dtype = SHAPES, np.float16
     x, w, y = operands()
     small = FakeGpuArray((2, 4, 5, 8), np.float16)

@@ -1,9 +1,10 @@
 """The exercise checker: published solutions pass, deliberately wrong kernels fail, and the words say why."""
+
 import numpy as np
 import pytest
+from numba import cuda  # conftest.py imported the harness first: it picks the simulator
 
 from kernels.harness import device, exercise
-from numba import cuda  # after the harness: it picks the simulator
 
 EXERCISES = exercise.all_exercises()
 SOLUTIONS = exercise.all_solutions()  # none in the student edition: the tests that run them are skipped
@@ -26,6 +27,7 @@ def test_each_chapter_with_exercises_is_discovered_under_its_notebook_labels():
     """kernels/<chapter>/exercises.py is found by the registry, and each label is a notebook's {exercise}."""
     import json
     import re
+
     notebooks = exercise.KERNELS.parent / "notebooks"
     labels = set()
     for nb in notebooks.glob("*.ipynb"):
@@ -66,6 +68,7 @@ def test_solutions_pass_and_wrong_kernels_fail_on_the_gpu(rng):
 
 # --- only a kernel may write the output ----------------------------------------------------------
 
+
 @cuda.jit
 def saxpy(out, x, y, a):
     i = cuda.grid(1)
@@ -95,6 +98,7 @@ def test_a_kernel_launched_beside_a_host_written_answer_fails(when, rng):
         out[...] = a * x + y
         if when == "before":
             does_nothing[1, 1](out)
+
     report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
     assert not report.ok and "written by host code outside the kernel launches" in str(report), str(report)
 
@@ -103,6 +107,7 @@ def test_host_code_fixing_up_a_kernel_s_output_fails(rng):
     def launch(out, x, y, a):
         saxpy[(out.size + 31) // 32, 32](out, x, y, a)
         out[-1:] = 0 * out[-1:]
+
     report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
     assert not report.ok and "written by host code outside the kernel launches" in str(report), str(report)
 
@@ -114,9 +119,11 @@ def test_a_launch_that_launches_nothing_fails(rng):
 
 def test_a_device_function_called_from_host_code_is_not_a_kernel(rng):
     """The simulator runs a device function on the host; on a GPU host code cannot call one at all."""
+
     @cuda.jit(device=True)
     def fill(out, x, y, a):
         out[...] = a * x + y
+
     if device.on_gpu():
         pytest.skip("a GPU refuses the call before the checker sees it")
     report = exercise.get("machine-ex-saxpy").check(fill, rng=rng)
@@ -133,12 +140,15 @@ def test_a_kernel_calling_a_device_function_passes(rng):
         i = cuda.grid(1)
         if i < out.size:
             out[i] = one(x[i], y[i], a)
+
     report = exercise.get("machine-ex-saxpy").check(
-        lambda out, x, y, a: saxpy_via_device_function[(out.size + 31) // 32, 32](out, x, y, a), rng=rng)
+        lambda out, x, y, a: saxpy_via_device_function[(out.size + 31) // 32, 32](out, x, y, a), rng=rng
+    )
     assert report.ok, str(report)
 
 
 # --- the checker on small host-side launches (no kernel needed to reach each diagnosis) ---------
+
 
 def copy_inputs(rng, n):
     return (rng.standard_normal(n).astype(np.float32),)
@@ -170,6 +180,7 @@ def test_writing_past_the_end_of_the_output_is_caught(rng):
     def launch(out, x):
         host(out)[:] = x
         out.base[out.size] = 0.0  # what an unguarded last block does on a GPU
+
     report = run(launch, rng=rng)
     assert not report.ok and "past the end of `out`" in str(report)
 
@@ -178,6 +189,7 @@ def test_writing_past_the_end_of_an_input_is_caught(rng):
     def launch(out, x):
         host(out)[:] = x
         x.base[x.size + 2] = 0.0  # the input's guard, where a wrong index lands
+
     report = run(launch, rng=rng)
     assert not report.ok and "past the end of its input argument 1 (which has 37)" in str(report)
 
@@ -187,6 +199,7 @@ def test_a_failure_outside_the_usual_patterns_is_still_named(rng):
         want = x.astype(np.float64)
         want[5] = np.inf
         return want
+
     report = run(lambda out, x: host(out).__setitem__(slice(None), x), reference=reference, rng=rng)
     assert not report.ok and "1 elements differ where the reference is NaN/Inf" in str(report)
 
@@ -195,12 +208,14 @@ def test_changing_an_input_is_caught(rng):
     def launch(out, x):
         host(out)[:] = x
         x[0] = 1.0
+
     assert "changed its input argument 1" in str(run(launch, rng=rng))
 
 
 def test_reading_past_the_end_of_an_input_shows_as_nan(rng):
     def launch(out, x):
-        host(out)[:] = x.base[1:x.size + 1]  # the last element reads the poisoned guard
+        host(out)[:] = x.base[1 : x.size + 1]  # the last element reads the poisoned guard
+
     text = str(run(launch, rng=rng))
     assert "NaN or Inf" in text and "read past the end of an input" in text
 
@@ -208,9 +223,11 @@ def test_reading_past_the_end_of_an_input_shows_as_nan(rng):
 def test_unwritten_elements_are_told_from_computed_nan(rng):
     def unwritten(out, x):
         host(out)[:30] = x[:30]
+
     def computed(out, x):
         host(out)[:] = x
         out[30:] = np.nan
+
     assert "7 of 37 output elements were never written" in str(run(unwritten, rng=rng))
     text = str(run(computed, rng=rng))
     assert "never written" not in text and "7 elements are NaN or Inf" in text
@@ -223,28 +240,34 @@ def test_returning_an_array_instead_of_filling_out_fails(rng):
     def fill_and_return(out, x):
         host(out)[:] = x
         return out
+
     assert run(fill_and_return, rng=rng).ok
 
 
 def test_exceptions_are_explained(rng):
     def index_error(out, x):
         raise IndexError("index 40 is out of bounds for axis 0 with size 37")
+
     def type_error(out, x):
         raise TypeError("launch() takes 1 argument")
+
     assert "indexed outside an array" in str(run(index_error, rng=rng))
     assert "the launch raised TypeError: launch() takes 1 argument" in str(run(type_error, rng=rng))
 
 
 def test_checks_stop_at_the_first_failing_size(rng):
     calls = []
+
     def launch(out, x):
         calls.append(out.size)
         host(out)[:] = x if out.size < 50 else 0
+
     report = run(launch, sizes=(5, 60, 90), rng=rng)
     assert not report.ok and 90 not in calls and "size=60" in str(report)
 
 
 # --- explain(): one test per pattern, on synthetic outputs --------------------------------------
+
 
 @pytest.fixture
 def want(rng):
@@ -314,6 +337,7 @@ def test_explain_relative_tolerance_only(want):
 
 # --- registry and the grading command ------------------------------------------------------------
 
+
 def test_registry_rejects_bad_and_duplicate_labels():
     ex = EXERCISES[0]
     with pytest.raises(ValueError, match="registered twice"):
@@ -372,10 +396,18 @@ def test_grading_command_names_an_unknown_exercise(tmp_path, capsys):
 def test_an_overrun_that_writes_nan_is_caught(rng):
     """On a GPU an unguarded thread past the end reads the inputs' NaN guards and writes NaN past the
     end of `out`; the output's guard holds a finite sentinel, so that NaN still shows."""
+
     def launch(out, x):
         out[...] = x
         out.base[out.size + 3] = np.nan  # what such a thread does (the simulator would stop it first)
 
-    report = exercise.check_kernel(launch, lambda x: x, lambda r, size: (r.random(size, dtype=np.float32),),
-                                   sizes=(37,), atol=0, rng=rng, device_only=False)
+    report = exercise.check_kernel(
+        launch,
+        lambda x: x,
+        lambda r, size: (r.random(size, dtype=np.float32),),
+        sizes=(37,),
+        atol=0,
+        rng=rng,
+        device_only=False,
+    )
     assert not report.ok and "outside an array" in str(report), str(report)

@@ -1,5 +1,6 @@
 """The CUDA C++ kernels passed on a GPU at their current bytes (tests/gpu_verdicts.json, gpu_ledger.py),
 and the ledger a GPU run writes says no more than the run showed."""
+
 import hashlib
 import json
 from types import SimpleNamespace
@@ -17,8 +18,10 @@ def test_every_cuda_cpp_source_passed_on_a_gpu_at_its_current_bytes():
     assert current, f"no CUDA C++ source under {gpu_ledger.ROOT / 'kernels'}"
     missing = gpu_ledger.unverified(gpu_ledger.load(), current)
     listed = "".join(f"\n  {path}" for path in missing)
-    assert not missing, (f"{len(missing)} of {len(current)} CUDA C++ sources have no passing GPU verdict at their "
-                         f"current bytes:{listed}\nrun `make gpu-test` on a GPU and commit tests/gpu_verdicts.json")
+    assert not missing, (
+        f"{len(missing)} of {len(current)} CUDA C++ sources have no passing GPU verdict at their "
+        f"current bytes:{listed}\nrun `make gpu-test` on a GPU and commit tests/gpu_verdicts.json"
+    )
 
 
 @pytest.fixture
@@ -37,7 +40,8 @@ PASSED = {"t::a": "passed", "t::b": "passed"}
 def test_sources_are_the_cu_and_cuh_files_with_the_sha256_of_their_bytes(tree):
     assert gpu_ledger.sources(tree) == {
         "kernels/common.cuh": hashlib.sha256(b"#pragma once\n").hexdigest(),
-        "kernels/conv/s5.cu": hashlib.sha256(b"__global__ void k() {}\n").hexdigest()}
+        "kernels/conv/s5.cu": hashlib.sha256(b"__global__ void k() {}\n").hexdigest(),
+    }
 
 
 def test_a_passing_run_verifies_every_source_and_a_changed_byte_undoes_it(tree):
@@ -110,13 +114,17 @@ def hook(tmp_path, monkeypatch):
     def make(args=("tests",)):
         config = SimpleNamespace(args=list(args), invocation_params=SimpleNamespace(dir=gpu_ledger.ROOT))
         return GpuVerdicts(config, tmp_path / "verdicts.json")
+
     return make
 
 
 def test_the_hook_takes_a_test_s_worst_phase(hook):
     plugin = hook()
-    _session(plugin, [("t::a", "passed"), ("t::a", "failed"), ("t::a", "passed"), ("t::b", "passed")],
-             exitstatus=pytest.ExitCode.TESTS_FAILED)
+    _session(
+        plugin,
+        [("t::a", "passed"), ("t::a", "failed"), ("t::a", "passed"), ("t::b", "passed")],
+        exitstatus=pytest.ExitCode.TESTS_FAILED,
+    )
     entries = gpu_ledger.load(plugin.path)
     assert set(entries) == set(gpu_ledger.sources()) and {e["verdict"] for e in entries.values()} == {"fail"}
 
@@ -127,11 +135,14 @@ def test_the_hook_records_a_pass_with_the_gpu_name(hook):
     assert {(e["verdict"], e["gpu"]) for e in gpu_ledger.load(plugin.path).values()} == {("pass", "Pretend GPU")}
 
 
-@pytest.mark.parametrize("args, deselected, exitstatus", [
-    (["tests/test_conv.py"], (), pytest.ExitCode.OK),                   # one file of the suite
-    (["tests"], ("tests/test_conv.py::t",), pytest.ExitCode.OK),         # -k or --deselect
-    (["tests"], (), pytest.ExitCode.INTERRUPTED),                        # stopped before the end
-])
+@pytest.mark.parametrize(
+    "args, deselected, exitstatus",
+    [
+        (["tests/test_conv.py"], (), pytest.ExitCode.OK),  # one file of the suite
+        (["tests"], ("tests/test_conv.py::t",), pytest.ExitCode.OK),  # -k or --deselect
+        (["tests"], (), pytest.ExitCode.INTERRUPTED),  # stopped before the end
+    ],
+)
 def test_the_hook_writes_nothing_for_part_of_the_suite(hook, args, deselected, exitstatus):
     plugin = hook(args)
     line = _session(plugin, [("t::a", "passed")], deselected, exitstatus=exitstatus)

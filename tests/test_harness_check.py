@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -34,9 +36,9 @@ def test_compare_fails_on_error_and_reports_it(rng):
 
 def test_compare_fails_on_the_relative_error_alone(rng):
     ref = rng.random(100) * 1e-3 + 1e-4
-    result = check.compare(ref * 1.1, ref, atol=1e-3, rtol=1e-5)    # max|err| 1e-4 < atol, rel 0.1
+    result = check.compare(ref * 1.1, ref, atol=1e-3, rtol=1e-5)  # max|err| 1e-4 < atol, rel 0.1
     assert not result.ok and result.max_abs <= 1e-3 and result.rel_fro == pytest.approx(0.1)
-    assert check.compare(ref * 1.1, ref, atol=1e-3).ok                # no rtol: atol alone decides
+    assert check.compare(ref * 1.1, ref, atol=1e-3).ok  # no rtol: atol alone decides
 
 
 def test_compare_fails_on_unwritten_poisoned_elements(rng):
@@ -90,6 +92,7 @@ def test_require_array_names_what_was_expected(xp):
 
 def test_require_array_takes_a_numba_device_array():
     from numba import cuda
+
     d = cuda.to_device(np.zeros((4, 6), np.float32))
     assert check.require_array(d, "x", dtype=np.float32, shape=(4, 6)) is d
     with pytest.raises(ValueError, match="C-contiguous"):
@@ -100,7 +103,9 @@ def test_memcheck_without_a_gpu_says_so_in_one_line(capsys):
     if check.device.on_gpu():
         pytest.skip("this machine has a GPU: the GPU test below runs memcheck")
     assert check.memcheck(["-c", "pass"]) is None
-    assert capsys.readouterr().out == "compute-sanitizer needs a GPU; for its verdict, see the GPU run of this chapter.\n"
+    assert (
+        capsys.readouterr().out == "compute-sanitizer needs a GPU; for its verdict, see the GPU run of this chapter.\n"
+    )
 
 
 def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkeypatch, capsys, tmp_path):
@@ -108,9 +113,27 @@ def test_memcheck_on_a_gpu_without_compute_sanitizer_says_where_to_get_it(monkey
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert check.memcheck(["-c", "pass"]) is None
-    assert capsys.readouterr().out == (f"compute-sanitizer is not on PATH, in {tmp_path / 'bin'} or in an NVIDIA pip "
-                                       "wheel (it comes with the CUDA toolkit); for its verdict, see the committed GPU "
-                                       "run of this chapter.\n")
+    assert capsys.readouterr().out == (
+        f"compute-sanitizer is not on PATH, in {tmp_path / 'bin'} or in an NVIDIA pip "
+        "wheel (it comes with the CUDA toolkit); for its verdict, see the committed GPU "
+        "run of this chapter.\n"
+    )
+
+
+def test_memcheck_runs_a_script_with_this_checkout_first_on_its_path(monkeypatch, capsys, tmp_path):
+    """The scripts the chapters check (scripts/ssim_sanitize.py, ...) import this checkout's kernels,
+    installed or not; a stand-in compute-sanitizer runs the program it is given."""
+    sanitizer = tmp_path / "bin" / "compute-sanitizer"
+    sanitizer.parent.mkdir()
+    sanitizer.write_text('#!/bin/sh\nwhile [ "$1" != --error-exitcode ]; do shift; done\nshift 2\nexec "$@"\n')
+    sanitizer.chmod(0o755)
+    script = tmp_path / "where.py"
+    script.write_text("import sys\nprint(sys.path[1])\n")  # [0] is the script's own folder
+    monkeypatch.setattr(check.device, "on_gpu", lambda: True)
+    monkeypatch.setenv("PATH", str(sanitizer.parent))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert check.memcheck([str(script)]) is True
+    assert str(Path(check.__file__).resolve().parents[2]) in capsys.readouterr().out.splitlines()
 
 
 def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):
@@ -124,8 +147,10 @@ def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):
     assert check.cuda_tool("ncu", "the counts") == str(tool)
 
 
-_WRITE = ("import cupy; k = cupy.RawKernel(r'extern \"C\" __global__ void w(float* p, int i) {{ p[i] = 1.f; }}', 'w'); "
-          "a = cupy.zeros(4, cupy.float32); k((1,), (1,), (a, cupy.int32({index}))); cupy.cuda.Device().synchronize()")
+_WRITE = (
+    "import cupy; k = cupy.RawKernel(r'extern \"C\" __global__ void w(float* p, int i) {{ p[i] = 1.f; }}', 'w'); "
+    "a = cupy.zeros(4, cupy.float32); k((1,), (1,), (a, cupy.int32({index}))); cupy.cuda.Device().synchronize()"
+)
 
 
 @pytest.mark.gpu
@@ -143,5 +168,6 @@ def test_address_is_the_first_element_of_host_and_device_arrays():
     assert check.address(a[3:]) == a.ctypes.data + 12
     if device.MODE == device.GPU:
         import cupy
+
         d = cupy.zeros(8, dtype=cupy.float32)
         assert check.address(d[2:]) == d.data.ptr + 8

@@ -8,6 +8,7 @@ from kernels.harness import device
 def test_numba_runs_in_the_mode_chosen():
     """Numba's simulator is on exactly when the harness chose not to use a GPU."""
     import numba
+
     assert bool(numba.config.ENABLE_CUDASIM) == (device.MODE != device.GPU)
     if device.MODE != device.GPU:
         assert os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
@@ -34,12 +35,15 @@ class FakeDriver:
         return 0
 
 
-@pytest.mark.parametrize("driver, expected", [
-    (FakeDriver(init=803), (0, "cuInit failed with error 803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)")),
-    (FakeDriver(init=999), (0, "cuInit failed with error 999")),
-    (FakeDriver(count=0), (0, "the CUDA driver sees no device")),
-    (FakeDriver(count=2), (2, "")),
-])
+@pytest.mark.parametrize(
+    "driver, expected",
+    [
+        (FakeDriver(init=803), (0, "cuInit failed with error 803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)")),
+        (FakeDriver(init=999), (0, "cuInit failed with error 999")),
+        (FakeDriver(count=0), (0, "the CUDA driver sees no device")),
+        (FakeDriver(count=2), (2, "")),
+    ],
+)
 def test_driver_failure_is_named_not_reported_as_no_gpu(monkeypatch, driver, expected):
     monkeypatch.setattr(device.ctypes, "CDLL", lambda name: driver)
     assert device._cuda_device_count() == expected
@@ -57,18 +61,25 @@ def test_nvidia_smi_asks_about_cuda_device_0_by_its_bus_id(monkeypatch):
     """With CUDA_VISIBLE_DEVICES=3, CUDA device 0 is not nvidia-smi's GPU 0: the bus id names it."""
     import subprocess
     import types
+
     import cupy
+
     calls = []
 
     def run(cmd, **kwargs):
         calls.append(cmd)
         out = "1980, 2619, 1980, 2619\n" if "clocks" in cmd[3] else "580.95.05\n"
         return types.SimpleNamespace(stdout=out)
+
     monkeypatch.setattr(device, "MODE", device.GPU)
     monkeypatch.setattr(cupy.cuda.runtime, "deviceGetPCIBusId", lambda dev: {0: "0000:9B:00.0"}[dev])
     monkeypatch.setattr(subprocess, "run", run)
-    assert device.current_clocks() == {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
-                                       "max_mem_clock_mhz": 2619}
+    assert device.current_clocks() == {
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "max_sm_clock_mhz": 1980,
+        "max_mem_clock_mhz": 2619,
+    }
     assert device._driver_version() == "580.95.05"
     assert all(cmd[:3] == ["nvidia-smi", "-i", "0000:9B:00.0"] for cmd in calls) and len(calls) == 2
 
@@ -101,6 +112,7 @@ def test_environment_names_gpu_commit_and_date():
 
 def test_software_names_the_installed_versions():
     from importlib import metadata
+
     sw = device.software()
     assert {"python", "numpy", "numba", "numba-cuda"} <= sw.keys()
     assert sw["numpy"] == metadata.version("numpy") and sw["numba-cuda"] == metadata.version("numba-cuda")
@@ -111,6 +123,7 @@ def test_cupy_finds_cublas():
     """CuPy's matmul (05's GEMM ceiling, the implicit-GEMM reference on a GPU) loads cuBLAS when first
     used; the pinned wheels must bring it, since a GPU machine may have no CUDA toolkit. Loading needs no GPU."""
     import cupy
+
     assert callable(cupy.cuda.cublas.sgemm)  # ImportError here: libcublas missing
 
 
@@ -119,7 +132,9 @@ def test_cudnn_version_decodes_both_encodings(monkeypatch, encoded, expected):
     """cuDNN 9 counts minor versions in hundreds (91900 = 9.19.0), cuDNN 8 did not (8907 = 8.9.7)."""
     import sys
     import types
+
     from kernels.harness import cudnn_conv
+
     fake = types.SimpleNamespace(backend_version=lambda: encoded, __version__="1.32.0")
     monkeypatch.setitem(sys.modules, "cudnn", fake)
     assert cudnn_conv.version() == f"{expected} (frontend 1.32.0)"
@@ -146,6 +161,7 @@ def _program(folder, name):
 
 def test_cuda_program_looks_on_path_then_in_cuda_home_then_in_the_wheels(monkeypatch, tmp_path):
     import nvidia
+
     wheel = _program(tmp_path / "wheels" / "cuda_nvcc" / "bin", "ptxas")
     monkeypatch.setattr(nvidia, "__path__", [str(tmp_path / "wheels")])
     monkeypatch.setenv("PATH", "/nonexistent")

@@ -9,8 +9,16 @@ import pytest
 
 from kernels.harness import device, results
 
-ENV = {"date": "2026-11-21T00:00:00Z", "commit": "abc", "gpu": "Test GPU", "gpu_slug": "test-gpu",
-       "driver": "1.0", "cuda_runtime": "13.0", "sm_clock_mhz": 1980, "mem_clock_mhz": 2619}
+ENV = {
+    "date": "2026-11-21T00:00:00Z",
+    "commit": "abc",
+    "gpu": "Test GPU",
+    "gpu_slug": "test-gpu",
+    "driver": "1.0",
+    "cuda_runtime": "13.0",
+    "sm_clock_mhz": 1980,
+    "mem_clock_mhz": 2619,
+}
 
 
 def row(value, metric="GB/s"):
@@ -39,16 +47,17 @@ def test_other_gpus_keep_their_own_folder(tmp_path):
     results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
     results.record("machine", [row(5.0)], env=ENV | {"gpu_slug": "other"}, root=tmp_path)
     assert results.gpus(tmp_path) == ["other", "test-gpu"]
-    cmp = results.compare(results.latest("machine", "other", tmp_path),
-                          results.latest("machine", "test-gpu", tmp_path))
+    cmp = results.compare(results.latest("machine", "other", tmp_path), results.latest("machine", "test-gpu", tmp_path))
     assert cmp[0]["ratio"] == pytest.approx(5.0)
 
 
 def test_compare_lists_my_rows_and_marks_a_missing_reference():
     mine = {("k", "p", "GB/s"): row(2.0), ("k2", "p", "GB/s"): row(3.0) | {"kernel": "k2"}}
     cmp = results.compare(mine, {("k", "p", "GB/s"): row(4.0), ("only-there", "p", "GB/s"): row(1.0)})
-    assert [(r["kernel"], r["mine"], r["reference"], r["ratio"]) for r in cmp] == [("k", 2.0, 4.0, 0.5),
-                                                                                 ("k2", 3.0, None, None)]
+    assert [(r["kernel"], r["mine"], r["reference"], r["ratio"]) for r in cmp] == [
+        ("k", 2.0, 4.0, 0.5),
+        ("k2", 3.0, None, None),
+    ]
 
 
 def test_record_rejects_bad_rows(tmp_path):
@@ -80,14 +89,15 @@ def test_value_lookup():
 
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
 def test_measured_or_stored_without_a_gpu_returns_the_reference_gpu_s_rows_of_those_kernels(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     env = ENV | {"gpu_slug": results.REFERENCE_GPU}
     results.record("conv", [row(1.0), row(2.0) | {"kernel": "other"}], env=env, root=tmp_path)
     results.record("conv", [row(3.0)], env=env | {"date": "2026-11-22T00:00:00Z"}, root=tmp_path)
     monkeypatch.setattr(results, "REPOSITORY", tmp_path)
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     rows = results.measured_or_stored("conv", lambda: pytest.fail("measured without a GPU"), ("k",))
-    assert [(r["kernel"], r["value"]) for r in rows] == [("k", 3.0)]     # the newest, as a float
+    assert [(r["kernel"], r["value"]) for r in rows] == [("k", 3.0)]  # the newest, as a float
     assert "showing 1 stored measurements of k from Test GPU" in capsys.readouterr().out
 
 
@@ -95,27 +105,32 @@ def test_load_reads_the_repository_where_the_results_folder_lacks_a_gpu(tmp_path
     repo, mine = tmp_path / "repo", tmp_path / "mine"
     results.record("conv", [row(7.0)], env=ENV | {"gpu_slug": "ref"}, root=repo)
     monkeypatch.setattr(results, "REPOSITORY", repo)
-    monkeypatch.setattr(results, "RESULTS", mine)      # BOOK_RESULTS: a student's folder, empty
+    monkeypatch.setattr(results, "RESULTS", mine)  # BOOK_RESULTS: a student's folder, empty
     assert results.latest("conv", "ref")[("k", "p", "GB/s")]["value"] == "7.0"
     results.record("conv", [row(9.0)], env=ENV | {"gpu_slug": "ref"}, root=mine)
-    assert [r["value"] for r in results.load("conv", "ref")] == ["9.0"]      # their own runs, once they have some
-    assert results.load("conv", "ref", root=tmp_path / "elsewhere") == []    # an explicit root is read alone
+    assert [r["value"] for r in results.load("conv", "ref")] == ["9.0"]  # their own runs, once they have some
+    assert results.load("conv", "ref", root=tmp_path / "elsewhere") == []  # an explicit root is read alone
 
 
 # --- the store: nothing lost, nothing shifted ------------------------------------------------------
 
+
 def _append_trials(root, start, worker, trials, batch):
     for trial in range(trials):
-        while time.time() < start + 0.01 * trial:   # every process creates the same fresh file at once
+        while time.time() < start + 0.01 * trial:  # every process creates the same fresh file at once
             pass
-        results.record("machine", [row(worker * 1000 + trial * 10 + i) for i in range(batch)],
-                       env=ENV | {"gpu_slug": f"trial{trial}"}, root=root)
+        results.record(
+            "machine",
+            [row(worker * 1000 + trial * 10 + i) for i in range(batch)],
+            env=ENV | {"gpu_slug": f"trial{trial}"},
+            root=root,
+        )
 
 
 def test_concurrent_appends_write_one_header_and_every_row(tmp_path):
     ctx = multiprocessing.get_context("fork")
     workers, trials, batch = 4, 30, 3
-    start = time.time() + 0.5                        # once every process has started
+    start = time.time() + 0.5  # once every process has started
     procs = [ctx.Process(target=_append_trials, args=(tmp_path, start, w, trials, batch)) for w in range(workers)]
     for p in procs:
         p.start()
@@ -132,7 +147,7 @@ def test_concurrent_appends_write_one_header_and_every_row(tmp_path):
 
 def test_an_append_after_a_killed_writer_is_not_glued_to_its_partial_line(tmp_path):
     path = results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
-    partial = "2026-11-21T00:00:00Z,abc,Test GPU,1.0"   # a writer killed mid-row: no newline
+    partial = "2026-11-21T00:00:00Z,abc,Test GPU,1.0"  # a writer killed mid-row: no newline
     with path.open("a") as f:
         f.write(partial)
     with pytest.raises(ValueError, match=r"machine\.csv, line 3: the last line has no newline"):
@@ -140,8 +155,15 @@ def test_an_append_after_a_killed_writer_is_not_glued_to_its_partial_line(tmp_pa
     results.record("machine", [row(2.0)], env=ENV, root=tmp_path)
     lines = path.read_text().splitlines()
     assert lines[2] == partial
-    assert next(csv.reader(lines[3:])) == [*(str(ENV[k]) for k in results.ENV_COLUMNS), "machine",
-                                           "k", "p", "GB/s", "2.0", "GB/s"]
+    assert next(csv.reader(lines[3:])) == [
+        *(str(ENV[k]) for k in results.ENV_COLUMNS),
+        "machine",
+        "k",
+        "p",
+        "GB/s",
+        "2.0",
+        "GB/s",
+    ]
     with pytest.raises(ValueError, match=r"machine\.csv, line 3: expected 13 fields, got 4"):
         results.load("machine", "test-gpu", root=tmp_path)
 
@@ -182,12 +204,15 @@ def _line(value):
     return ",".join(str(fields[c]) for c in results.COLUMNS) + "\r\n"
 
 
-@pytest.mark.parametrize("bad, message", [
-    (_line(1.0).replace(",GB/s\r", ",GB/s,extra\r"), r"line 3: expected 13 fields, got 14"),
-    (_line("fast"), r"line 3, field 'value': expected a finite number, got 'fast'"),
-    (_line("inf"), r"line 3, field 'value': expected a finite number, got 'inf'"),
-    (",".join(results.COLUMNS) + "\r\n", r"line 3, field 'value': expected a finite number, got 'value'"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (_line(1.0).replace(",GB/s\r", ",GB/s,extra\r"), r"line 3: expected 13 fields, got 14"),
+        (_line("fast"), r"line 3, field 'value': expected a finite number, got 'fast'"),
+        (_line("inf"), r"line 3, field 'value': expected a finite number, got 'inf'"),
+        (",".join(results.COLUMNS) + "\r\n", r"line 3, field 'value': expected a finite number, got 'value'"),
+    ],
+)
 def test_the_loader_names_the_file_line_and_field_of_a_corrupt_row(tmp_path, bad, message):
     path = tmp_path / "test-gpu" / "machine.csv"
     path.parent.mkdir()
@@ -197,19 +222,18 @@ def test_the_loader_names_the_file_line_and_field_of_a_corrupt_row(tmp_path, bad
 
 
 def test_a_relative_book_results_is_taken_from_the_repository_root(monkeypatch):
-    monkeypatch.chdir(results.ROOT / "notebooks")   # where papermill runs the notebooks' kernel
+    monkeypatch.chdir(results.ROOT / "notebooks")  # where papermill runs the notebooks' kernel
     assert results.results_folder("mine") == results.ROOT / "mine"
     assert results.results_folder("/elsewhere/mine") == Path("/elsewhere/mine")
     assert results.results_folder("") == results.results_folder(None) == results.REPOSITORY
 
 
 @pytest.mark.parametrize("installed", ["lib/python3/site-packages", "a-copy-without-data"])
-def test_a_copy_installed_without_the_repository_writes_only_where_book_results_says(tmp_path, monkeypatch,
-                                                                                     installed):
-    root = tmp_path / installed                       # pip install . : kernels/ alone, no data/ beside it
+def test_a_copy_installed_without_the_repository_writes_only_where_book_results_says(tmp_path, monkeypatch, installed):
+    root = tmp_path / installed  # pip install . : kernels/ alone, no data/ beside it
     (root / "kernels").mkdir(parents=True)
     if "site-packages" in installed:
-        (root / "data").mkdir()                       # another package's data/ does not make it a checkout
+        (root / "data").mkdir()  # another package's data/ does not make it a checkout
     monkeypatch.setattr(results, "ROOT", root)
     monkeypatch.setattr(results, "REPOSITORY", root / "data" / "results")
     for named in (None, "mine"):
@@ -247,4 +271,4 @@ def test_replace_file_keeps_the_old_file_when_the_new_one_cannot_be_written(tmp_
     assert path.read_text() == "version,metric,value\nV1,x,1\n"
     results.replace_file(path, "version,metric,value\nV1,x,2\n")
     assert path.read_text() == "version,metric,value\nV1,x,2\n"
-    assert list(tmp_path.iterdir()) == [path]          # no temporary file left
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left

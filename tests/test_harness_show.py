@@ -5,7 +5,7 @@ from kernels.harness import show
 
 def test_source_reads_the_kernel_file():
     code = show.source("machine/fma.py", start="def fma_kernel")
-    assert code.data.startswith("@lru_cache") and "cuda.fma" in code.data
+    assert code.data.startswith("@cache") and "cuda.fma" in code.data
 
 
 def test_source_range_keeps_the_decorator_and_stops_at_end():

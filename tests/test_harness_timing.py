@@ -17,7 +17,7 @@ def test_rates():
     assert r["GFLOP/s"] == pytest.approx(2000.0) and r["GB/s"] == pytest.approx(3000.0)
     with pytest.raises(ValueError, match="positive"):
         timing.rates(timing.Timing((0.0,)))
-    slow_outlier = timing.rates(timing.Timing((1.0, 2.0, 100.0)), flops=4e9)   # the median, not the mean
+    slow_outlier = timing.rates(timing.Timing((1.0, 2.0, 100.0)), flops=4e9)  # the median, not the mean
     assert slow_outlier["ms"] == 2.0 and slow_outlier["GFLOP/s"] == pytest.approx(2000.0)
 
 
@@ -44,12 +44,14 @@ def test_benchmark_calls_and_returns_what_it_says(flush_l2):
     ``args``; one finite positive time per timed call. How long the work takes is not asserted: timings
     belong to the notebooks."""
     import cupy
+
     buffers = [cupy.empty(1 << 20, np.float32) for _ in range(3)]
     calls = []
 
     def fill(i):
         calls.append(i)
         buffers[i].fill(1.0)
+
     t = timing.benchmark(fill, args=[(0,), (1,), (2,)], warmup=4, repeat=7, flush_l2=flush_l2)
     assert calls == [i % 3 for i in range(4)] + [0] + [i % 3 for i in range(7)]
     assert len(t.times_ms) == 7 and all(np.isfinite(x) and x > 0 for x in t.times_ms), t.times_ms

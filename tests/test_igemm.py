@@ -1,19 +1,20 @@
 """Implicit GEMM: the reference, the naive step in the simulator, argument validation, the bank
 arithmetic and the CUDA C++ steps' compiles on a CPU; every step against the reference on a GPU."""
+
 import numpy as np
 import pytest
 
+from gpus import A100, H100, RTX_4090, T4
 from kernels.harness import check, cuda_cpp, device, sass
 from kernels.igemm import banks
 from kernels.igemm import common as ig
-from gpus import A100, H100, RTX_4090, T4
 
 SIM_PROBLEMS = [
     ig.CI_PROBLEM,
-    ig.FIRST_LAYER,                                   # C = 3
-    ig.Problem(n=1, h=7, w=5, c=8, k=6, stride=2),    # stride 2, output 4x3
+    ig.FIRST_LAYER,  # C = 3
+    ig.Problem(n=1, h=7, w=5, c=8, k=6, stride=2),  # stride 2, output 4x3
     ig.Problem(n=1, h=4, w=6, c=5, k=3, r=1, s=1, pad=0),
-    ig.Problem(n=1, h=5, w=5, c=2, k=4, r=5, s=3, pad=2),   # non-square filter
+    ig.Problem(n=1, h=5, w=5, c=2, k=4, r=5, s=3, pad=2),  # non-square filter
 ]
 
 
@@ -64,7 +65,7 @@ def test_compare_catches_one_wrong_row(rng):
     ref = ig.reference(x, w, dtype=np.float64)
     out = ref.astype(np.float16)
     assert ig.compare(out, ref, p).ok
-    out[1, 2, 3, :] = 0          # one output pixel lost: the norm barely moves, max|err| does
+    out[1, 2, 3, :] = 0  # one output pixel lost: the norm barely moves, max|err| does
     assert not ig.compare(out, ref, p).ok
 
 
@@ -81,13 +82,13 @@ def test_problem_arithmetic():
 
 
 def test_shared_memory_budget():
-    assert ig.TILE_BYTES == 8320 and ig.STAGE_BYTES == 16640        # the source's 16.25 KB
-    assert ig.smem_bytes(4, 2) == 33280                              # the source's 32.5 KB
+    assert ig.TILE_BYTES == 8320 and ig.STAGE_BYTES == 16640  # the source's 16.25 KB
+    assert ig.smem_bytes(4, 2) == 33280  # the source's 32.5 KB
     assert ig.smem_bytes(5, 2) == ig.EPILOGUE_BYTES > ig.smem_bytes(4, 2)
     assert ig.smem_bytes(5, 4) == 4 * ig.STAGE_BYTES
-    assert ig.smem_bytes(6, 3) == 3 * 32768 + 1024 >= ig.EPILOGUE_BYTES + 1024   # output tile fits too
-    assert ig.smem_bytes(6, 5) <= 227 * 1024                          # Hopper's per-block limit
-    assert ig.smem_bytes(7, 4) == 4 * 49152 + 1024 <= 227 * 1024        # 4 stages of 128x64 + 256x64 halves
+    assert ig.smem_bytes(6, 3) == 3 * 32768 + 1024 >= ig.EPILOGUE_BYTES + 1024  # output tile fits too
+    assert ig.smem_bytes(6, 5) <= 227 * 1024  # Hopper's per-block limit
+    assert ig.smem_bytes(7, 4) == 4 * 49152 + 1024 <= 227 * 1024  # 4 stages of 128x64 + 256x64 halves
 
 
 def test_swizzle_is_conflict_free_and_a_permutation():
@@ -111,6 +112,7 @@ def test_head_tail_fit_recovers_a_line():
 
 
 # ---- bad input -----------------------------------------------------------------------------------
+
 
 def zeros(shape, dtype):
     """Zeros where this mode's kernels take their arrays: on the GPU, or in NumPy in the simulator."""
@@ -182,7 +184,7 @@ def test_bad_geometry_and_arguments():
 
 
 def test_output_overlapping_an_input_is_refused():
-    p = ig.Problem(n=1, h=5, w=7, c=8, k=8)       # C == K: out has x's shape
+    p = ig.Problem(n=1, h=5, w=7, c=8, k=8)  # C == K: out has x's shape
     x, w = ig.random_inputs(p, np.random.default_rng(0))
     x, w = device.xp().asarray(x), device.xp().asarray(w)
     with pytest.raises(ValueError, match="out must not overlap x"):
@@ -191,6 +193,7 @@ def test_output_overlapping_an_input_is_refused():
 
 def test_step_1_takes_numba_device_arrays(rng):
     from numba import cuda
+
     p = ig.Problem(n=1, h=3, w=5, c=3, k=4)
     x, w = ig.random_inputs(p, rng)
     result = ig.compare(ig.conv(1, cuda.to_device(x), cuda.to_device(w)), ig.reference(x, w), p)
@@ -204,19 +207,19 @@ def test_misaligned_bias_is_refused_by_the_steps_that_read_it_in_pairs(step):
     k = ig.CI_PROBLEM.k
     buf = zeros(k + 2, np.float32)
     start = 1 if check.address(buf) % 8 == 0 else 0
-    bias = buf[start:start + k]
+    bias = buf[start : start + k]
     assert bias.flags.c_contiguous and check.address(bias) % 8 == 4
     with pytest.raises(ValueError, match="8-byte aligned"):
         ig.validate(step, x, w, bias=bias)
-    assert ig.validate(5, x, w, bias=bias) == ig.CI_PROBLEM     # step 5 reads one float at a time
-    assert ig.validate(step, x, w, bias=buf[1 - start:1 - start + k]) == ig.CI_PROBLEM
+    assert ig.validate(5, x, w, bias=bias) == ig.CI_PROBLEM  # step 5 reads one float at a time
+    assert ig.validate(step, x, w, bias=buf[1 - start : 1 - start + k]) == ig.CI_PROBLEM
 
 
 def _misaligned(a, alignment=16):
     """A C-contiguous copy of ``a`` whose data starts ``a.itemsize`` bytes past an ``alignment`` boundary."""
     buf = zeros(a.size + alignment, a.dtype)
     start = (-check.address(buf) // a.itemsize + 1) % (alignment // a.itemsize)
-    view = buf[start:start + a.size].reshape(a.shape)
+    view = buf[start : start + a.size].reshape(a.shape)
     view[...] = a
     assert view.flags.c_contiguous and check.address(view) % alignment == a.itemsize
     return view
@@ -236,19 +239,25 @@ def test_misaligned_arrays_are_refused_by_the_tensor_core_steps():
     assert ig.validate(1, _misaligned(x), _misaligned(w), _misaligned(out)) == ig.CI_PROBLEM
 
 
-@pytest.mark.parametrize("problem, limit, match", [
-    (ig.CI_PROBLEM, 959, "x has 960 elements"),
-    (ig.CI_PROBLEM, 3455, "w has 3456 elements"),
-    (ig.Problem(n=2, h=8, w=8, c=8, k=16), 2047, "y has 2048 elements"),   # x 1024, w 1152
-])
+@pytest.mark.parametrize(
+    "problem, limit, match",
+    [
+        (ig.CI_PROBLEM, 959, "x has 960 elements"),
+        (ig.CI_PROBLEM, 3455, "w has 3456 elements"),
+        (ig.Problem(n=2, h=8, w=8, c=8, k=16), 2047, "y has 2048 elements"),  # x 1024, w 1152
+    ],
+)
 def test_tensors_past_32_bit_indices_are_refused(problem, limit, match, monkeypatch):
     """The CUDA C++ steps index with 32-bit integers: a small limit stands in for 2**31 - 1 elements."""
     monkeypatch.setattr(ig, "MAX_ELEMENTS", limit)
     x, w = _inputs(problem)
-    with pytest.raises(ValueError, match=rf"{match}; the CUDA C\+\+ steps index with 32-bit integers "
-                                         rf"\(at most {limit}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{match}; the CUDA C\+\+ steps index with 32-bit integers "
+        rf"\(at most {limit}\)",
+    ):
         ig.validate(2, x, w)
-    assert ig.validate(1, x, w) == problem      # step 1 (Numba) is not limited
+    assert ig.validate(1, x, w) == problem  # step 1 (Numba) is not limited
 
 
 def test_pipeline_depth_is_checked():
@@ -266,8 +275,10 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
         ig.launcher(7, x, w, out, blocks=2)
-    for step in (1, 2, 3):   # no pipeline: a stage count would be silently ignored
-        with pytest.raises(ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8\) only; step {step}"):
+    for step in (1, 2, 3):  # no pipeline: a stage count would be silently ignored
+        with pytest.raises(
+            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8\) only; step {step}"
+        ):
             ig.launcher(step, x, w, out, stages=3)
 
 
@@ -279,6 +290,7 @@ def test_cuda_steps_say_they_need_a_gpu():
 
 
 # ---- which GPU runs which step -------------------------------------------------------------------
+
 
 def _left_out(props, stages=None):
     return {step: why for step in ig.STEPS if (why := ig.unsupported(step, props, stages))}
@@ -297,7 +309,7 @@ def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     assert sorted(why) == [6, 7, 8]
     cc = f"{props['cc'][0]}.{props['cc'][1]}"
     assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
-    assert ig.unsupported(5, props, 5) is None                     # 83,200 B fit in 99 KB
+    assert ig.unsupported(5, props, 5) is None  # 83,200 B fit in 99 KB
 
 
 def test_a_newer_gpu_leaves_out_the_wgmma_steps_too():
@@ -315,8 +327,8 @@ def test_the_t4_runs_steps_1_and_2_only():
 
 
 def test_shared_memory_over_the_opt_in_limit_is_named():
-    small = {"cc": "80", "smem_per_block_optin_bytes": 65536}      # a T4's 64 KB, with sm_80's instructions
-    assert ig.unsupported(4, small) is None                        # 3 stages: 49,920 B
+    small = {"cc": "80", "smem_per_block_optin_bytes": 65536}  # a T4's 64 KB, with sm_80's instructions
+    assert ig.unsupported(4, small) is None  # 3 stages: 49,920 B
     why = ig.unsupported(4, small, 4)
     assert "4 stages" in why and "66,560 B of shared memory" in why and "65,536 B" in why
     assert "66,560 B" in ig.unsupported(5, small, 4)
@@ -342,11 +354,12 @@ def test_left_out_says_why_once(monkeypatch, capsys):
     assert ig.left_out(6, 3) and ig.left_out(6, 5) and not ig.left_out(5, 4)
     assert capsys.readouterr().out == f"left out on this GPU: {ig.unsupported(6, A100)}\n"
     monkeypatch.setattr(device, "MODE", device.SIM)
-    assert not ig.left_out(6)                                      # the simulator only compiles
+    assert not ig.left_out(6)  # the simulator only compiles
 
 
 def test_profile_launches_what_the_gpu_can_run(capsys):
     from kernels.igemm import profile
+
     assert profile.runnable(H100) == list(profile.VARIANTS) and capsys.readouterr().out == ""
     assert [step for _, step, _ in profile.runnable(A100)] == [3, 4, 4, 5]
     assert capsys.readouterr().out.count("left out on this GPU: v") == 3
@@ -355,11 +368,12 @@ def test_profile_launches_what_the_gpu_can_run(capsys):
 
 # ---- bank arithmetic -----------------------------------------------------------------------------
 
+
 def test_bank_model_basics():
     assert banks.banks(0) == [0, 1, 2, 3] and banks.banks(124) == [31, 0, 1, 2]
-    assert banks.wavefronts([16 * t for t in range(32)]) == 4           # contiguous: conflict-free
-    assert banks.wavefronts([0] * 32) == 4                               # one address: broadcast
-    assert banks.wavefronts([128 * t for t in range(32)]) == 32          # 8-way in every quarter
+    assert banks.wavefronts([16 * t for t in range(32)]) == 4  # contiguous: conflict-free
+    assert banks.wavefronts([0] * 32) == 4  # one address: broadcast
+    assert banks.wavefronts([128 * t for t in range(32)]) == 32  # 8-way in every quarter
 
 
 def test_the_gap_makes_both_patterns_conflict_free():
@@ -368,10 +382,11 @@ def test_the_gap_makes_both_patterns_conflict_free():
     assert t["4 blocks of 128x8, no gap"]["copy-in (st.shared.v4)"] == 16
     src = t[banks.SOURCE_LAYOUT]
     assert src["copy-in (st.shared.v4)"] == src["fragment read (ldmatrix.x4)"] == 4
-    assert banks.address(banks.SOURCE_LAYOUT, 0, 1) == 2080             # the source's 0, 2080, 4160, 6240
+    assert banks.address(banks.SOURCE_LAYOUT, 0, 1) == 2080  # the source's 0, 2080, 4160, 6240
 
 
 # ---- CUDA C++: compiles on a CPU -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
 @pytest.mark.parametrize("step, stages", [(2, None), (3, None), (4, 2), (4, 4), (5, 2), (5, 4)])
@@ -394,7 +409,7 @@ def test_wgmma_step_compiles_for_sm90a(stages):
     # 2 blocks of 256 threads per SM need <= 128 registers; a serialized wgmma pipeline is reported as C7510.
     assert res.registers <= 128 and "C7510" not in compiled.log, compiled.log
     if sass.available():
-        assert sass.opcodes(sass.disassemble(compiled))["HGMMA"] == 4    # 4 k16 slices of one K step
+        assert sass.opcodes(sass.disassemble(compiled))["HGMMA"] == 4  # 4 k16 slices of one K step
 
 
 @pytest.mark.parametrize("stages", [3, 4])
@@ -409,9 +424,9 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
     assert res.registers == ig.WS_REGISTERS and "C7510" not in compiled.log, compiled.log
     if sass.available():
         ops = sass.opcodes(sass.disassemble(compiled))
-        assert ops["HGMMA"] == 4 and ops["USETMAXREG"] == 2      # 4 k16 slices of 64x256; dec and inc
-        assert ops.get("BAR", 0) == 1                              # one barrier, after the mbarrier set-up
-        assert ops["LDGSTS"] == (24 if step == 7 else 8)           # step 8: the filters come by TMA (UTMALDG)
+        assert ops["HGMMA"] == 4 and ops["USETMAXREG"] == 2  # 4 k16 slices of 64x256; dec and inc
+        assert ops.get("BAR", 0) == 1  # one barrier, after the mbarrier set-up
+        assert ops["LDGSTS"] == (24 if step == 7 else 8)  # step 8: the filters come by TMA (UTMALDG)
         assert ops.get("UTMALDG", 0) == (step == 8)
 
 
@@ -419,7 +434,7 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
 @pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
 def test_wgmma_steps_build_empty_for_other_targets(arch, step):
     (res,) = cuda_cpp.compile_cubin(ig.STEPS[step][0], arch, ("-DSTAGES=4",)).resources
-    assert res.kernel == ig.STEPS[step][1] and res.registers < 16      # the stub: the launcher never runs it
+    assert res.kernel == ig.STEPS[step][1] and res.registers < 16  # the stub: the launcher never runs it
 
 
 def test_every_device_helper_is_defined_once():
@@ -427,10 +442,11 @@ def test_every_device_helper_is_defined_once():
     so a diff of two steps shows what the newer one changes, not a second copy of a helper."""
     import re
     from collections import Counter
+
     folder = cuda_cpp.source_path("igemm/hopper.cuh").parent
     helper = re.compile(r"^__device__ __forceinline__ [\w ]+?\b(\w+)\(", re.M)
     defined = Counter(name for path in sorted(folder.glob("*.cu*")) for name in helper.findall(path.read_text()))
-    assert defined["smem_addr"] == defined["wgmma_64x256x16"] == 1      # the pattern finds the helpers
+    assert defined["smem_addr"] == defined["wgmma_64x256x16"] == 1  # the pattern finds the helpers
     assert [name for name, n in defined.items() if n > 1] == []
 
 
@@ -444,6 +460,7 @@ GPU_PROBLEMS = list(ig.ODD_PROBLEMS) + [ig.CI_PROBLEM, ig.PROBLEM]
 @pytest.mark.parametrize("step", [2, 3, 4, 5, 6, 7, 8])
 def test_tensor_core_steps(step, problem, rng):
     import cupy
+
     x, w = ig.random_inputs(problem, rng, cupy)
     out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride)
     ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
@@ -455,6 +472,7 @@ def test_tensor_core_steps(step, problem, rng):
 @pytest.mark.parametrize("problem", ig.ODD_PROBLEMS[:2], ids=lambda p: p.label())
 def test_naive_step_on_gpu(problem, rng):
     import cupy
+
     x, w = ig.random_inputs(problem, rng, cupy)
     out = ig.conv(1, x, w, pad=problem.pad, stride=problem.stride)
     result = ig.compare(out, ig.reference(x, w, pad=problem.pad, stride=problem.stride), problem)
@@ -462,12 +480,26 @@ def test_naive_step_on_gpu(problem, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("step, stages, bypass", [(4, 2, False), (4, 4, False), (5, 2, False), (5, 4, False),
-                                                 (6, 3, False), (6, 5, False), (7, 3, False), (7, 4, False),
-                                                 (8, 3, False), (8, 4, False),
-                                                 (4, 3, True), (5, 3, True)])
+@pytest.mark.parametrize(
+    "step, stages, bypass",
+    [
+        (4, 2, False),
+        (4, 4, False),
+        (5, 2, False),
+        (5, 4, False),
+        (6, 3, False),
+        (6, 5, False),
+        (7, 3, False),
+        (7, 4, False),
+        (8, 3, False),
+        (8, 4, False),
+        (4, 3, True),
+        (5, 3, True),
+    ],
+)
 def test_pipeline_depths(step, stages, bypass, rng):
     import cupy
+
     problem = ig.ODD_PROBLEMS[0]
     x, w = ig.random_inputs(problem, rng, cupy)
     out = ig.conv(step, x, w, stages=stages, x_bypass_l1=bypass)
@@ -482,7 +514,8 @@ def test_pipeline_depths(step, stages, bypass, rng):
 def test_warp_specialized_blocks_walk_the_tiles(step, blocks, stages, rng):
     """Fewer blocks than tiles: each block's stage ring and mbarrier phases run on across its tiles."""
     import cupy
-    problem = ig.ODD_PROBLEMS[3]                      # 8 x 2 tiles, ragged in M
+
+    problem = ig.ODD_PROBLEMS[3]  # 8 x 2 tiles, ragged in M
     x, w = ig.random_inputs(problem, rng, cupy)
     bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
     out = ig.conv(step, x, w, bias=bias, alpha=0.5, stages=stages, blocks=blocks)
@@ -495,13 +528,14 @@ def test_tma_launcher_keeps_a_temporary_filter_alive(rng):
     """Step 8's kernel reads w through a descriptor holding only its address: if the launcher did not
     keep w, the pool would hand w's memory to the next array (zeros here) and the output would be 0."""
     import cupy
+
     if why := ig.unsupported(8, device.properties()):
         pytest.skip(why)
     problem = ig.ODD_PROBLEMS[0]
     x, w = ig.random_inputs(problem, rng, cupy)
     out = check.poison(cupy.empty(problem.y_shape, dtype=cupy.float16))
-    run = ig.launcher(8, x, w.copy(), out)   # nothing else refers to the copy
-    cupy.zeros(w.shape, dtype=w.dtype)       # the pool reuses a freed block of w's size, if any: zeros it
+    run = ig.launcher(8, x, w.copy(), out)  # nothing else refers to the copy
+    cupy.zeros(w.shape, dtype=w.dtype)  # the pool reuses a freed block of w's size, if any: zeros it
     run()
     result = ig.compare(out, ig.reference(x, w), problem)
     assert result.ok, f"{result} -- {result.detail}"
@@ -512,11 +546,12 @@ def test_tma_launcher_keeps_a_temporary_filter_alive(rng):
 @pytest.mark.parametrize("step", ig.EPILOGUE)
 def test_fused_epilogue(step, problem, rng):
     import cupy
+
     x, w = ig.random_inputs(problem, rng, cupy)
     bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
     out = ig.conv(step, x, w, bias=bias, alpha=0.75, relu=True)
     ref = ig.reference(x, w, bias=bias, alpha=0.75, relu=True)
-    assert float((ref == 0).mean()) > 0.2     # ReLU really clamps some outputs
+    assert float((ref == 0).mean()) > 0.2  # ReLU really clamps some outputs
     result = ig.compare(out, ref, problem)
     assert result.ok, f"{result} -- {result.detail}"
 
@@ -533,7 +568,8 @@ def test_bank_experiment_reports_every_pattern_and_layout():
     """One GB/s row per pattern and layout, in that order; how fast each is belongs to the notebook."""
     rows = banks.measure(iters=64, blocks_per_sm=1, threads=128, repeat=2)
     assert [(r["kernel"], r["problem"]) for r in rows] == [
-        (pattern, layout) for pattern in ("tile_store", "tile_ldmatrix") for layout in banks.LAYOUTS]
+        (pattern, layout) for pattern in ("tile_store", "tile_ldmatrix") for layout in banks.LAYOUTS
+    ]
     assert all(set(r) == {"kernel", "problem", "metric", "value", "unit"} for r in rows)
     assert all(r["metric"] == "GB/s" and r["unit"] == "GB/s" for r in rows)
     assert all(isinstance(r["value"], float) and np.isfinite(r["value"]) and r["value"] > 0 for r in rows), rows
@@ -542,9 +578,11 @@ def test_bank_experiment_reports_every_pattern_and_layout():
 @pytest.mark.gpu
 def test_cudnn_matches_the_reference(rng):
     from kernels.igemm import cudnn_conv
+
     if cudnn_conv.missing():
         pytest.skip(cudnn_conv.missing())
     import cupy
+
     problem = ig.ODD_PROBLEMS[0]
     x, w = ig.random_inputs(problem, rng, cupy)
     conv = cudnn_conv.CudnnConv(problem)
@@ -557,8 +595,11 @@ def test_cudnn_matches_the_reference(rng):
 def test_the_profile_table_is_stored_and_read_back(tmp_path):
     from kernels.harness import results
     from kernels.igemm import profile
-    rows = [{"variant": "v3_ldmatrix", **{c: float(i) for i, c in enumerate(profile.COLUMNS)}},
-            {"variant": "v4_cp_async, x via cp.async.ca", **{c: 0.5 + i for i, c in enumerate(profile.COLUMNS)}}]
+
+    rows = [
+        {"variant": "v3_ldmatrix", **{c: float(i) for i, c in enumerate(profile.COLUMNS)}},
+        {"variant": "v4_cp_async, x via cp.async.ca", **{c: 0.5 + i for i, c in enumerate(profile.COLUMNS)}},
+    ]
     profile.store(rows, results.REFERENCE_GPU, tmp_path)
     slug, stored = profile.stored(tmp_path)
     assert slug == results.REFERENCE_GPU

@@ -1,4 +1,5 @@
 """The machine chapter's ceiling kernels against float64 references (simulator on a CPU)."""
+
 import dataclasses
 
 import numpy as np
@@ -52,7 +53,9 @@ def test_measuring_ceilings_without_gpu_is_a_clear_error():
 @pytest.mark.gpu
 def test_smem_read_kernel_sums_what_it_reads():
     import cupy
+
     from kernels.harness.cuda_cpp import load
+
     kernel = load("machine/smem_read.cu", "smem_read")
     blocks, threads, iters, step = 3, 128, 37, 32
     out = check.poison(cupy.empty(blocks * threads, dtype=cupy.float32))

@@ -1,4 +1,5 @@
 """Every chapter notebook executes on this machine with profile "ci" (papermill, into a temporary folder)."""
+
 import ast
 from pathlib import Path
 
@@ -12,12 +13,24 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_with_ci_profile(notebook, tmp_path):
     import papermill
+
     out = tmp_path / notebook.name
-    papermill.execute_notebook(str(notebook), str(out), parameters={"profile": "ci"}, cwd=str(notebook.parent),
-                               kernel_name="python3", progress_bar=False)
+    papermill.execute_notebook(
+        str(notebook),
+        str(out),
+        parameters={"profile": "ci"},
+        cwd=str(notebook.parent),
+        kernel_name="python3",
+        progress_bar=False,
+    )
     executed = nbformat.read(out, as_version=4)
-    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in executed.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors
 
 
@@ -39,9 +52,14 @@ def _discarded_tables(source: str) -> list[int]:
     cell's last top-level statement (inside an if-block, say) its Markdown is built and thrown away."""
     tree = ast.parse(source)
     last = tree.body[-1] if tree.body else None
-    return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Expr) and node is not last and isinstance(node.value, ast.Call)
-            and ast.unparse(node.value.func) == "show.table"]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and node is not last
+        and isinstance(node.value, ast.Call)
+        and ast.unparse(node.value.func) == "show.table"
+    ]
 
 
 def test_discarded_table_is_caught():
@@ -53,6 +71,5 @@ def test_discarded_table_is_caught():
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_table_is_displayed(notebook):
     nb = nbformat.read(notebook, as_version=4)
-    lost = [(i, line) for i, c in enumerate(nb.cells) if c.cell_type == "code"
-            for line in _discarded_tables(c.source)]
+    lost = [(i, line) for i, c in enumerate(nb.cells) if c.cell_type == "code" for line in _discarded_tables(c.source)]
     assert not lost, f"show.table result never displayed (cell, line): {lost}; wrap it in display(...)"

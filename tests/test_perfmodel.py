@@ -1,4 +1,5 @@
 """The performance model's arithmetic and parsers, on fixed counts and hand-made SASS/ncu text."""
+
 import math
 
 import pytest
@@ -14,9 +15,9 @@ def test_efficiency_matches_the_formula():
 
 def test_side_by_side_charges_the_busiest_of_issue_and_pipes():
     c, w = pm.Counts(fp32=64, ldst=4, other=10), pm.weights(fp32_rate=4.0, ldst_rate=1.0, other_rate=2.0)
-    assert pm.efficiency(c, w, pm.side_by_side) == 64 / 78            # the issue: 78 instructions
-    assert pm.side_by_side(pm.Counts(2, 30, 4), w) == 120             # the load pipe: 30 x 4
-    assert pm.side_by_side(pm.Counts(0, 1, 40), w) == 80              # the other class's pipe: 40 x 2
+    assert pm.efficiency(c, w, pm.side_by_side) == 64 / 78  # the issue: 78 instructions
+    assert pm.side_by_side(pm.Counts(2, 30, 4), w) == 120  # the load pipe: 30 x 4
+    assert pm.side_by_side(pm.Counts(0, 1, 40), w) == 80  # the other class's pipe: 40 x 2
     assert pm.taking_turns(c, w) == 64 + 16 + 20
     p = pm.predict(1e12, c, w, peak_gflops=1000.0, slots=pm.side_by_side)
     assert p.efficiency == 64 / 78 and p.ms == pytest.approx(1e12 / (1000e9 * 64 / 78) * 1e3)
@@ -51,9 +52,10 @@ def test_occupancy_with_a_measured_tail_placement():
     spread = pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3)
     assert spread == pytest.approx(600 / 132 / 5)
     assert pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=2) == spread
-    assert pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3,
-                              tail_per_sm=3) == pytest.approx(600 / 132 / 6)
-    for impossible in (1, 4):   # fewer than the spread, more than fit
+    assert pm.occupancy_ratio(
+        blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=3
+    ) == pytest.approx(600 / 132 / 6)
+    for impossible in (1, 4):  # fewer than the spread, more than fit
         with pytest.raises(ValueError, match="tail_per_sm"):
             pm.occupancy_ratio(blocks=600, sms=132, warps_per_block=4, resident_blocks=3, tail_per_sm=impossible)
 
@@ -76,7 +78,7 @@ def test_a_tail_after_latency_bound_waves_clusters():
     assert pm.occupancy_ratio(600, 132, 4, 3, efficiency=lambda w: 0.97) == pytest.approx(600 / 132 / 6 * 0.97)
     assert pm.wave_blocks(200, 132, 4, 3, efficiency=lambda w: 0.5) == [2]
     assert pm.wave_blocks(600, 132, 4, 3, efficiency=lambda w: 0.97, tail_per_sm=2) == [3, 2]
-    assert pm.wave_blocks(396 * 2, 132, 4, 3, efficiency=lambda w: 0.5) == [3, 3]   # no tail
+    assert pm.wave_blocks(396 * 2, 132, 4, 3, efficiency=lambda w: 0.5) == [3, 3]  # no tail
 
 
 def test_occupancy_too_few_blocks_and_warps():
@@ -110,7 +112,7 @@ def test_predict_compute_and_memory_bound():
     assert p.gflops == pytest.approx(1000.0 * 64 / 100 * 0.5)
     p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, bytes_moved=1e9, bandwidth_gbps=100.0)
     assert p.bound == "memory" and p.ms == pytest.approx(10.0)
-    for bandwidth in (None, 0.0, -100.0):   # no memory bound dropped in silence
+    for bandwidth in (None, 0.0, -100.0):  # no memory bound dropped in silence
         with pytest.raises(ValueError, match="bytes_moved"):
             pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0, bytes_moved=1e9, bandwidth_gbps=bandwidth)
 
@@ -195,11 +197,11 @@ def test_parse_sass_picks_one_kernel_by_name():
 def test_loops_and_trip_counts():
     ins = pm.parse_sass(SASS)
     loops = pm.find_loops(ins)
-    assert [(l.start, l.end, l.depth) for l in loops] == [(0x20, 0x80, 0), (0x30, 0x60, 1)]
+    assert [(lp.start, lp.end, lp.depth) for lp in loops] == [(0x20, 0x80, 0), (0x30, 0x60, 1)]
     c = pm.sass_counts(ins, [5, 7])  # outer 5 times, inner 7 times per outer iteration
     assert c.fp32 == 2 * 5 * 7
-    assert c.ldst == 5 + 5 + 0      # LDS.128 and STG once per outer iteration
-    assert c.other == 2 + 2 * 5 * 7 + 5 + 1 + 1   # MOV, S2R; IADD3+BRA inner; outer BRA; EXIT; trap
+    assert c.ldst == 5 + 5 + 0  # LDS.128 and STG once per outer iteration
+    assert c.other == 2 + 2 * 5 * 7 + 5 + 1 + 1  # MOV, S2R; IADD3+BRA inner; outer BRA; EXIT; trap
     with pytest.raises(ValueError, match="2 loops but 1 trip"):
         pm.sass_counts(ins, [5])
 
@@ -210,24 +212,29 @@ PASS something the program printed
 "0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed.sum","inst","1,000,000"
 "0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__sass_thread_inst_executed_op_fp32_pred_on.sum","inst","19,200,000"
 "0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0","Command line profiler metrics","smsp__sass_thread_inst_executed_op_memory_pred_on.sum","inst","3,200,000"
-"""
+"""  # noqa: E501 -- ncu's CSV lines as it prints them
 
 
 def test_read_ncu_csv():
     counts = pm.read_ncu_csv(NCU)
     assert counts == {"conv_double_buffer": pm.Counts(fp32=600_000, ldst=100_000, other=300_000)}
-    second_launch = "".join(line.replace('"0","1","python"', '"1","1","python"', 1) + "\n"
-                            for line in NCU.splitlines() if line.startswith('"0"'))
+    second_launch = "".join(
+        line.replace('"0","1","python"', '"1","1","python"', 1) + "\n"
+        for line in NCU.splitlines()
+        if line.startswith('"0"')
+    )
     assert pm.read_ncu_csv(NCU + second_launch) == {"conv_double_buffer": pm.Counts(1_200_000, 200_000, 600_000)}
 
 
 def test_read_ncu_metric_reads_one_metric_per_kernel():
-    hit = NCU + ('"0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0",'
-                 '"Command line profiler metrics","l1tex__t_sector_hit_rate.pct","%","61.5"\n')
+    hit = NCU + (
+        '"0","1","python","h","conv_double_buffer","1","7","(8, 16, 1)","(25, 8, 1)","0","9.0",'
+        '"Command line profiler metrics","l1tex__t_sector_hit_rate.pct","%","61.5"\n'
+    )
     assert pm.read_ncu_metric(hit, "l1tex__t_sector_hit_rate.pct") == {"conv_double_buffer": 61.5}
     assert pm.read_ncu_metric(hit, "smsp__inst_executed.sum") == {"conv_double_buffer": 1e6}
     assert pm.read_ncu_metric(NCU, "l1tex__t_sector_hit_rate.pct") == {}
-    assert pm.read_ncu_csv(hit) == pm.read_ncu_csv(NCU)   # an extra metric leaves the counts alone
+    assert pm.read_ncu_csv(hit) == pm.read_ncu_csv(NCU)  # an extra metric leaves the counts alone
 
 
 def test_read_ncu_csv_rejects_missing_metrics_and_headers():
@@ -246,7 +253,9 @@ LAT = pm.Latencies(alu=4, shared=20, global_=100, barrier=10, l1=30)
 def body(text: str):
     """Instructions of a hand-written loop body (one per line, nvdisasm style, addresses added)."""
     lines = [f"        /*{16 * n:04x}*/ {line.strip()} ;" for n, line in enumerate(text.strip().splitlines())]
-    return pm.parse_sass("//---- .text.k ----\n" + "\n".join(lines) + f"\n        /*{16 * len(lines):04x}*/ EXIT ;")[:-1]
+    return pm.parse_sass("//---- .text.k ----\n" + "\n".join(lines) + f"\n        /*{16 * len(lines):04x}*/ EXIT ;")[
+        :-1
+    ]
 
 
 def test_register_operands():

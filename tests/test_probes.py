@@ -1,14 +1,16 @@
 """Hardware probes: sources compile (NVRTC), the SASS shows what each probe relies on, the pure
 models and chain builders are right, bad parameters fail before launch, and (simulator) the
 reductions match float64. GPU-marked tests check the CUDA C++ probes' outputs on a real GPU."""
+
+import itertools
 import math
 
 import numpy as np
 import pytest
 
+from gpus import A100, H100, RTX_4090, T4
 from kernels.harness import cuda_cpp, device, results, sass
 from kernels.probes import batchnorm, common, compute, memcheck, memory, nchw, reduction
-from gpus import A100, H100, RTX_4090, T4
 
 SOURCES = sorted(p.name for p in common.HERE.glob("*.cu"))
 needs_sass = pytest.mark.skipif(not sass.available(), reason="no nvdisasm/cuobjdump (pip install nvidia-cuda-nvdisasm)")
@@ -34,7 +36,7 @@ def test_chase_loads_are_dependent_global_loads():
         assert clocks[0] < body[0].address and body[-1].address < clocks[-1]
         assert len(loads) == 8 and all(i.opcode == opcode for i in loads)
         # each load's address register is the destination of the load before it
-        for prev, nxt in zip(loads, loads[1:]):
+        for prev, nxt in itertools.pairwise(loads):
             assert nxt.operands.split("[")[-1].startswith(prev.operands.split(",")[0])
 
 
@@ -65,7 +67,10 @@ def test_fma_loops_have_the_expected_shape():
 def test_math_functions_sass():
     rows = {r["function"]: r for r in compute.math_report()}
     assert rows["FFMA (baseline)"]["instructions per step"] == 1
-    assert rows["__sinf"]["MUFU"] == 1 and rows["sinf"]["instructions per step"] > 4 * rows["__sinf"]["instructions per step"]
+    assert (
+        rows["__sinf"]["MUFU"] == 1
+        and rows["sinf"]["instructions per step"] > 4 * rows["__sinf"]["instructions per step"]
+    )
     assert rows["sin (fp64)"]["FP64 (DFMA/DMUL/DADD)"] > 5 and rows["sin (fp64)"]["MUFU"] == 0
     assert rows["expf(a) * expf(b)"]["MUFU"] == 2 * rows["expf(a + b)"]["MUFU"]
     assert rows["x < b * b"]["MUFU"] == 0 < rows["sqrtf(x) < b"]["MUFU"]
@@ -73,10 +78,18 @@ def test_math_functions_sass():
 
 # Where each chain ends after 200 steps: the fixed point of x = f(x) (sin(x + 1) = x, by bisection;
 # e^-x = x at the omega constant W(1); e^-1.5x = x at W(1.5) / 1.5), or the branch steps' 2-cycle.
-MATH_LIMITS = {"FFMA (baseline)": 1.0, "DFMA (baseline)": 1.0, "sinf": 0.9345632107520242,
-               "__sinf": 0.9345632107520242, "sin (fp64)": 0.9345632107520242, "expf": 0.5671432904097838,
-               "__expf": 0.5671432904097838, "exp (fp64)": 0.5671432904097838,
-               "expf(a) * expf(b)": 0.48390757184415084, "expf(a + b)": 0.48390757184415084}
+MATH_LIMITS = {
+    "FFMA (baseline)": 1.0,
+    "DFMA (baseline)": 1.0,
+    "sinf": 0.9345632107520242,
+    "__sinf": 0.9345632107520242,
+    "sin (fp64)": 0.9345632107520242,
+    "expf": 0.5671432904097838,
+    "__expf": 0.5671432904097838,
+    "exp (fp64)": 0.5671432904097838,
+    "expf(a) * expf(b)": 0.48390757184415084,
+    "expf(a + b)": 0.48390757184415084,
+}
 
 
 @pytest.mark.parametrize("name", list(compute.MATH_FUNCS))
@@ -103,6 +116,7 @@ def test_padding_v0_uses_local_memory_and_v2_does_not():
     def local(version, defines=None):
         c = sass.counts(sass.disassemble(common.build(memory.PADDING_FILES[version], defines=defines), "pad"))
         return c["local store (spill)"] + c["local load (spill)"]
+
     assert local("v0 local") > 0
     assert local("v1 runtime") == 0
     assert all(local("v2 constant", {"CHANNELS": k}) == 0 for k in (1, 4, 16))
@@ -123,8 +137,9 @@ def test_batchnorm_registers_grow_as_threads_per_column_shrink():
 def test_batchnorm_resources_compile_for_the_target_gpu(monkeypatch):
     archs = []
     compile_cubin = cuda_cpp.compile_cubin
-    monkeypatch.setattr(cuda_cpp, "compile_cubin", lambda path, arch, opts: archs.append(arch) or
-                        compile_cubin(path, arch, opts))
+    monkeypatch.setattr(
+        cuda_cpp, "compile_cubin", lambda path, arch, opts: archs.append(arch) or compile_cubin(path, arch, opts)
+    )
     monkeypatch.setattr(device, "on_gpu", lambda: True)
     monkeypatch.setattr(device, "properties", lambda: A100)
     batchnorm.resources()
@@ -169,13 +184,17 @@ def test_channel_strides_that_do_not_fit_are_left_out():
     assert memory.channels_that_fit(strides, 2**18, H100) == (strides, None)
     fits, why = memory.channels_that_fit(strides, 2**18, T4)
     assert fits == [s for s in strides if s < 2**16]
-    assert why == ("left out on this GPU: the channel probe at strides 65536, 65664 B, whose 262144 lines span "
-                   "up to 16,416 MiB, more than 90% of the GPU's 15,360 MiB")
+    assert why == (
+        "left out on this GPU: the channel probe at strides 65536, 65664 B, whose 262144 lines span "
+        "up to 16,416 MiB, more than 90% of the GPU's 15,360 MiB"
+    )
 
 
 def test_l2_hit_working_set_is_4_mib_on_the_h100_and_inside_a_small_l2():
-    l2_hit = {gpu: dict((m, n) for m, n, *_ in memory.hit_cases(p["l2_bytes"]))["L2 hit latency"]
-              for gpu, p in (("H100", H100), ("H200", {"l2_bytes": 60 * 2**20}), ("T4", T4))}
+    l2_hit = {
+        gpu: dict((m, n) for m, n, *_ in memory.hit_cases(p["l2_bytes"]))["L2 hit latency"]
+        for gpu, p in (("H100", H100), ("H200", {"l2_bytes": 60 * 2**20}), ("T4", T4))
+    }
     assert l2_hit["H100"] == l2_hit["H200"] == 4 * 2**20  # the committed rows
     assert 16 * 1024 < l2_hit["T4"] < T4["l2_bytes"] // 2 and l2_hit["T4"] % 4096 == 0
 
@@ -196,12 +215,12 @@ def test_warps_per_sm_model(monkeypatch):
     # registers give 4 x 10 warps, not 65536 // 1536 = 42
     assert compute.warps_per_sm(48) == 40
     assert compute.warps_per_sm(168) == 12
-    assert compute.warps_per_sm(255) == 8    # 256 per thread -> 8192 per warp
+    assert compute.warps_per_sm(255) == 8  # 256 per thread -> 8192 per warp
     with pytest.raises(ValueError, match="<= 255"):
         compute.warps_per_sm(256)
 
 
-GPUS = {"A100": (A100, 64, 64), "RTX 4090": (RTX_4090, 128, 48), "H100": (H100, 128, 64)}   # (FP32 lanes, warps) per SM
+GPUS = {"A100": (A100, 64, 64), "RTX 4090": (RTX_4090, 128, 48), "H100": (H100, 128, 64)}  # (FP32 lanes, warps) per SM
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -232,7 +251,8 @@ def test_clock_history_is_one_entry_per_stored_run_of_the_clock_probe(monkeypatc
     stored = [r for r in results.load("probes", results.REFERENCE_GPU) if r["kernel"] == "clock"]
     history = common.clock_history()
     assert [(d, sm) for d, sm, _ in history] == sorted(
-        (r["date"], float(r["value"])) for r in stored if r["metric"] == "sm clock")
+        (r["date"], float(r["value"])) for r in stored if r["metric"] == "sm clock"
+    )
     host = {r["date"]: float(r["value"]) for r in stored if r["metric"] == "sm clock, host timer"}
     assert [h for _, _, h in history] == [host.get(d) for d, _, _ in history]
     machine = [r for r in results.load("machine", results.REFERENCE_GPU) if r["metric"] == "max_sm_clock_mhz"]
@@ -285,7 +305,7 @@ def fmaf_chains(variant, threads, block, iters):
     return total
 
 
-FMA_CHECKED = [(96, 11), (256, 2)]   # the GPU test's launch and check_fma's default (the notebook's)
+FMA_CHECKED = [(96, 11), (256, 2)]  # the GPU test's launch and check_fma's default (the notebook's)
 
 
 @pytest.mark.parametrize("threads, blocks", FMA_CHECKED)
@@ -315,38 +335,47 @@ def test_tail_blocks_bracket_the_sm_count():
     assert {1, 131, 132, 133, 264, 265} <= set(b) and max(b) == 265
 
 
-@pytest.mark.parametrize("bad, match", [
-    (lambda: compute.run_launch_rate([(2048,)]), "block.x must be <= 1024"),
-    (lambda: compute.run_launch_rate([(32, 32, 2)]), "at most 1024"),
-    (lambda: compute.run_launch_rate([(1, 1, 65)]), "block.z must be <= 64"),
-    (lambda: compute.run_launch_rate([(0,)]), "block.x must be >= 1"),
-    (lambda: compute.run_fma(["v0 chain"], [2048]), "block.x must be <= 1024"),
-    (lambda: compute.run_fma(["v2 double loop"], [128], iters=150), "multiple of 100"),
-    (lambda: compute.run_fma(["v9"], [128]), "variant must be one of"),
-    (lambda: compute.run_fma_tail([0]), "blocks must be >= 1"),
-    (lambda: memory.run_cache_line([0]), "stride must be >= 1"),
-    (lambda: memory.run_cache_line([12]), "multiple of 8"),
-    (lambda: memory.run_latency_sweep([64], stride=128), "at least one stride"),
-    (lambda: memory.run_bank_conflicts([0]), "stride must be >= 1"),
-    (lambda: memory.run_padding(["v0 local"], [32]), "channels must be <= 16"),
-    (lambda: memory.run_padding(["v0 local"], [3]), "multiple of channels"),
-    (lambda: nchw.run_nchw((4096, 4096, 56, 56)), "overflows"),
-    (lambda: nchw.run_nchw((16384, 64, 56, 56)), "overflows"),
-    (lambda: memory.run_mem_divergence([32]), "divergence is a lane mask"),
-    (lambda: memory.run_channels([0]), "stride must be >= 1"),
-    (lambda: memory.run_channels([200]), "multiple of 64"),
-    (lambda: memory.run_channels([64]), "stride must be >= 128 bytes"),
-    (lambda: compute.run_math(["tanf"]), "math function must be one of"),
-    (lambda: compute.run_math(["sinf"], latency_iters=100), "multiple of 8"),
-    (lambda: batchnorm.run_batchnorm([("v2 registers", 3)]), "threads per column must be one of"),
-    (lambda: batchnorm.run_batchnorm([("v2 registers", 32)], batch=48), "multiple of threads per column"),
-    (lambda: batchnorm.run_batchnorm([("v3", 1)]), "version must be one of"),
-    (lambda: batchnorm.run_batchnorm([("v0 three passes", 1)], batch=2**16, pixels=2**16), "< 2\\^31"),
-    (lambda: reduction.block_sums("tree 1", np.zeros(4, np.float32), np.zeros(1, np.float32), 4), "fan_in"),
-    (lambda: reduction.block_sums("shuffle", np.zeros(40, np.float32), np.zeros(1, np.float32), 40), "multiple of 32"),
-    (lambda: reduction.block_sums("tree 2", np.zeros(100, np.float32), np.zeros(1, np.float32), 0), "block must be >= 1"),
-    (lambda: reduction.check_block_sums("tree 2", block=-64), "block must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda: compute.run_launch_rate([(2048,)]), "block.x must be <= 1024"),
+        (lambda: compute.run_launch_rate([(32, 32, 2)]), "at most 1024"),
+        (lambda: compute.run_launch_rate([(1, 1, 65)]), "block.z must be <= 64"),
+        (lambda: compute.run_launch_rate([(0,)]), "block.x must be >= 1"),
+        (lambda: compute.run_fma(["v0 chain"], [2048]), "block.x must be <= 1024"),
+        (lambda: compute.run_fma(["v2 double loop"], [128], iters=150), "multiple of 100"),
+        (lambda: compute.run_fma(["v9"], [128]), "variant must be one of"),
+        (lambda: compute.run_fma_tail([0]), "blocks must be >= 1"),
+        (lambda: memory.run_cache_line([0]), "stride must be >= 1"),
+        (lambda: memory.run_cache_line([12]), "multiple of 8"),
+        (lambda: memory.run_latency_sweep([64], stride=128), "at least one stride"),
+        (lambda: memory.run_bank_conflicts([0]), "stride must be >= 1"),
+        (lambda: memory.run_padding(["v0 local"], [32]), "channels must be <= 16"),
+        (lambda: memory.run_padding(["v0 local"], [3]), "multiple of channels"),
+        (lambda: nchw.run_nchw((4096, 4096, 56, 56)), "overflows"),
+        (lambda: nchw.run_nchw((16384, 64, 56, 56)), "overflows"),
+        (lambda: memory.run_mem_divergence([32]), "divergence is a lane mask"),
+        (lambda: memory.run_channels([0]), "stride must be >= 1"),
+        (lambda: memory.run_channels([200]), "multiple of 64"),
+        (lambda: memory.run_channels([64]), "stride must be >= 128 bytes"),
+        (lambda: compute.run_math(["tanf"]), "math function must be one of"),
+        (lambda: compute.run_math(["sinf"], latency_iters=100), "multiple of 8"),
+        (lambda: batchnorm.run_batchnorm([("v2 registers", 3)]), "threads per column must be one of"),
+        (lambda: batchnorm.run_batchnorm([("v2 registers", 32)], batch=48), "multiple of threads per column"),
+        (lambda: batchnorm.run_batchnorm([("v3", 1)]), "version must be one of"),
+        (lambda: batchnorm.run_batchnorm([("v0 three passes", 1)], batch=2**16, pixels=2**16), "< 2\\^31"),
+        (lambda: reduction.block_sums("tree 1", np.zeros(4, np.float32), np.zeros(1, np.float32), 4), "fan_in"),
+        (
+            lambda: reduction.block_sums("shuffle", np.zeros(40, np.float32), np.zeros(1, np.float32), 40),
+            "multiple of 32",
+        ),
+        (
+            lambda: reduction.block_sums("tree 2", np.zeros(100, np.float32), np.zeros(1, np.float32), 0),
+            "block must be >= 1",
+        ),
+        (lambda: reduction.check_block_sums("tree 2", block=-64), "block must be >= 1"),
+    ],
+)
 def test_bad_parameters_fail_before_launch(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()
@@ -390,9 +419,15 @@ def test_memcheck_script_needs_a_gpu_and_names_its_parts(capsys):
 
 # The simulator has no warp shuffles, so the shuffle version is checked on a GPU only (whole warps).
 # Blocks of 48 and 96 make uneven tree steps (j < active) for every fan-in.
-@pytest.mark.parametrize("variant, block", [(v, b) if v != "shuffle" else pytest.param(v, b, marks=pytest.mark.gpu)
-                                            for v in reduction.variants() for b in (48, 96, 256)
-                                            if v != "shuffle" or b % 32 == 0])
+@pytest.mark.parametrize(
+    "variant, block",
+    [
+        (v, b) if v != "shuffle" else pytest.param(v, b, marks=pytest.mark.gpu)
+        for v in reduction.variants()
+        for b in (48, 96, 256)
+        if v != "shuffle" or b % 32 == 0
+    ],
+)
 def test_block_sums_match_float64(variant, block, rng):
     seed = int(rng.integers(2**32))
     result = reduction.check_block_sums(variant, n=block * 3 + 17, block=block, seed=seed)
@@ -400,20 +435,47 @@ def test_block_sums_match_float64(variant, block, rng):
 
 
 # The wrappers check their arguments before they need a GPU (xp: NumPy here, CuPy on a GPU).
-@pytest.mark.parametrize("bad, error, match", [
-    (lambda xp: reduction.block_sums("tree 2", xp.zeros(100, np.float32), xp.zeros(3, np.float32), 64),
-     ValueError, r"partial: expected shape \(2,\)"),
-    (lambda xp: batchnorm.normalize("v0 three passes", xp.zeros((4, 8)), xp.zeros((4, 8), np.float32)),
-     TypeError, "x: expected dtype float32, got float64"),
-    (lambda xp: batchnorm.normalize("v0 three passes", xp.zeros((4, 8), np.float32), xp.zeros((8, 4), np.float32)),
-     ValueError, r"y: expected shape \(4, 8\)"),
-    (lambda xp: memory.pad("v0 local", xp.zeros((1, 4, 5, 5), np.float32), xp.zeros((1, 4, 7, 7), np.float32), 4, 2),
-     ValueError, r"out: expected shape \(1, 4, 9, 9\)"),
-    (lambda xp: nchw.generate(xp.zeros(2 * 5 * 7, np.int32), (2, 3, 5, 6)), ValueError, r"buf: expected shape \(60,\)"),
-    (lambda xp: nchw.generate(xp.zeros(2 * 5 * 7, np.float32), (2, 3, 5, 7)), TypeError, "buf: expected dtype int32"),
-    (lambda xp: nchw.generate(xp.zeros(10, np.int32), (3, 5, 7)), ValueError, r"shape must be \(N, C, H, W\)"),
-    (lambda xp: memory.store_divergent(xp.zeros((4, 8), np.int32), 1), ValueError, "buf: expected 1 dimensions"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (
+            lambda xp: reduction.block_sums("tree 2", xp.zeros(100, np.float32), xp.zeros(3, np.float32), 64),
+            ValueError,
+            r"partial: expected shape \(2,\)",
+        ),
+        (
+            lambda xp: batchnorm.normalize("v0 three passes", xp.zeros((4, 8)), xp.zeros((4, 8), np.float32)),
+            TypeError,
+            "x: expected dtype float32, got float64",
+        ),
+        (
+            lambda xp: batchnorm.normalize(
+                "v0 three passes", xp.zeros((4, 8), np.float32), xp.zeros((8, 4), np.float32)
+            ),
+            ValueError,
+            r"y: expected shape \(4, 8\)",
+        ),
+        (
+            lambda xp: memory.pad(
+                "v0 local", xp.zeros((1, 4, 5, 5), np.float32), xp.zeros((1, 4, 7, 7), np.float32), 4, 2
+            ),
+            ValueError,
+            r"out: expected shape \(1, 4, 9, 9\)",
+        ),
+        (
+            lambda xp: nchw.generate(xp.zeros(2 * 5 * 7, np.int32), (2, 3, 5, 6)),
+            ValueError,
+            r"buf: expected shape \(60,\)",
+        ),
+        (
+            lambda xp: nchw.generate(xp.zeros(2 * 5 * 7, np.float32), (2, 3, 5, 7)),
+            TypeError,
+            "buf: expected dtype int32",
+        ),
+        (lambda xp: nchw.generate(xp.zeros(10, np.int32), (3, 5, 7)), ValueError, r"shape must be \(N, C, H, W\)"),
+        (lambda xp: memory.store_divergent(xp.zeros((4, 8), np.int32), 1), ValueError, "buf: expected 1 dimensions"),
+    ],
+)
 def test_wrappers_refuse_bad_arrays(bad, error, match, xp):
     with pytest.raises(error, match=match):
         bad(xp)
@@ -426,6 +488,7 @@ def test_nchw_reference():
 
 # --- on a GPU -----------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", list(compute.FMA_KERNELS))
 def test_fma_probes_compute_the_chain(variant):
@@ -433,8 +496,9 @@ def test_fma_probes_compute_the_chain(variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version, channels", [("v0 local", 4), ("v1 runtime", 8), ("v2 constant", 16),
-                                               ("v2 constant", 1)])
+@pytest.mark.parametrize(
+    "version, channels", [("v0 local", 4), ("v1 runtime", 8), ("v2 constant", 16), ("v2 constant", 1)]
+)
 def test_padding_matches_numpy(version, channels, rng):
     seed = int(rng.integers(2**32))
     # 9 x 11 = 99 pixels: one partial block; 21 x 23 = 483: two blocks of PAD_BLOCK = 256, the last partial
@@ -450,10 +514,18 @@ def test_math_chains_match_float64(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version, tpc, batch", [("v0 three passes", 1, 128), ("v1 two passes", 1, 128),
-                                                ("v0 three passes", 1, 37), ("v1 two passes", 1, 37),
-                                                ("v2 registers", 32, 96), ("v2 registers", 4, 36)]
-                         + [("v2 registers", k, 128) for k in batchnorm.THREADS_PER_COLUMN])
+@pytest.mark.parametrize(
+    "version, tpc, batch",
+    [
+        ("v0 three passes", 1, 128),
+        ("v1 two passes", 1, 128),
+        ("v0 three passes", 1, 37),
+        ("v1 two passes", 1, 37),
+        ("v2 registers", 32, 96),
+        ("v2 registers", 4, 36),
+    ]
+    + [("v2 registers", k, 128) for k in batchnorm.THREADS_PER_COLUMN],
+)
 def test_batchnorm_matches_float64(version, tpc, batch, rng):
     # 333 pixels: a partial last warp; v2 keeps batch / TPC values per thread (3 and 9: not powers of two)
     seed = int(rng.integers(2**32))
@@ -468,7 +540,7 @@ def test_divergent_stores_write_every_element(divergence):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(3, 5, 7, 9), (2, 3, 13, 11)])   # 63 pixels: one block; 143: three, the last partial
+@pytest.mark.parametrize("shape", [(3, 5, 7, 9), (2, 3, 13, 11)])  # 63 pixels: one block; 143: three, the last partial
 def test_nchw_matches_numpy(shape):
     assert nchw.check_nchw(shape, block=64).ok
 
@@ -476,14 +548,17 @@ def test_nchw_matches_numpy(shape):
 @pytest.mark.gpu
 def test_clock_probe_gives_its_rows():
     rows = memory.run_clock(spin=2**24)
-    assert [(r["metric"], r["unit"]) for r in rows] == [("sm clock", "MHz"), ("sm clock, host timer", "MHz"),
-                                                       ("spin time", "ms")]
+    assert [(r["metric"], r["unit"]) for r in rows] == [
+        ("sm clock", "MHz"),
+        ("sm clock, host timer", "MHz"),
+        ("spin time", "ms"),
+    ]
     assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)
 
 
 @pytest.mark.gpu
 def test_memcheck_script_runs_every_probe_and_its_checks_pass(capsys):
-    assert memcheck.main([]) == 0   # without the sanitizer: the chapters run it under compute-sanitizer
+    assert memcheck.main([]) == 0  # without the sanitizer: the chapters run it under compute-sanitizer
     out = capsys.readouterr().out
     names = [name for runs in memcheck.PARTS.values() for name, _ in runs()]
     checks = sum(name.startswith("check ") for name in names)
@@ -494,6 +569,7 @@ def test_memcheck_script_runs_every_probe_and_its_checks_pass(capsys):
 def test_latency_probes_give_their_rows():
     rows = memory.run_hit_latencies(steps=1024) + memory.run_smem_latency(steps=512)
     metrics = [m for m, *_ in memory.hit_cases(device.properties()["l2_bytes"])] + ["shared-memory latency"]
-    assert [(r["metric"], r["unit"]) for r in rows] == [(m + s, u) for m in metrics for s, u in (("", "cycles"),
-                                                                                                 (" ns", "ns"))]
+    assert [(r["metric"], r["unit"]) for r in rows] == [
+        (m + s, u) for m in metrics for s, u in (("", "cycles"), (" ns", "ns"))
+    ]
     assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)

@@ -1,5 +1,6 @@
 """The chapters' prose follows the run: no measured number typed into Markdown, no commit hash, every glue
 the Markdown quotes stored in the notebook, and no machine path or stray warning among the outputs."""
+
 import json
 import re
 from pathlib import Path
@@ -11,8 +12,10 @@ from kernels.harness import glue
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-UNIT = (r"(?:ms|µs|us|ns|TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|TB/s|GB/s|MB/s|GiB/s|cycles?|MHz|GHz|%|x|×"
-        r"|KB|MB|GB|KiB|MiB|registers?)")
+UNIT = (
+    r"(?:ms|µs|us|ns|TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|TB/s|GB/s|MB/s|GiB/s|cycles?|MHz|GHz|%|x|×"
+    r"|KB|MB|GB|KiB|MiB|registers?)"
+)
 # A number and its unit (a shape such as 32 x 8 counts too: write it as math, $32 \times 8$).
 NUMBER = re.compile(r"(?<![\w.`{+])(\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?)\s?" + UNIT + r"(?![\w])")
 # What the prose may quote without a glue role: code spans, math, links, and roles such as {glue:text}.
@@ -58,10 +61,12 @@ def typed_numbers(text: str, allowed=frozenset()) -> list[str]:
 
 
 def test_the_checker_finds_what_a_reader_would_call_typed():
-    text = ("V4 took 0.43 ms, 1.8x V3 and 12% of the floor at 3,003 GB/s; a 32 x 8 block on sm_90; "
-            "{glue:text}`v4_ms:.3f` ms; `0.5 ms` in code; $2 \\times 4$ KB.\n"
-            "```{solution} ex\n:class: dropdown\nAbout 0.4 ms.\n```python\nt = 0.2  # ms\n```\n```\n"
-            "```python\nx = 5  # 5 ms\n```\n")
+    text = (
+        "V4 took 0.43 ms, 1.8x V3 and 12% of the floor at 3,003 GB/s; a 32 x 8 block on sm_90; "
+        "{glue:text}`v4_ms:.3f` ms; `0.5 ms` in code; $2 \\times 4$ KB.\n"
+        "```{solution} ex\n:class: dropdown\nAbout 0.4 ms.\n```python\nt = 0.2  # ms\n```\n```\n"
+        "```python\nx = 5  # 5 ms\n```\n"
+    )
     assert typed_numbers(text) == ["0.43 ms", "1.8x", "12%", "3,003 GB/s", "32 x", "0.4 ms"]
     assert COMMIT.findall("at d7ab087 and 1c2327e, not in 2160x3840 or deadbeef") == ["d7ab087", "1c2327e"]
 

@@ -1,12 +1,16 @@
 """kernels/harness/quantities.py: a quantity two chapters quote is read in one place, from the newest stored run."""
+
 import pytest
 
 from kernels.harness import quantities, results
 
 
 def newest(chapter, kernel, metric, problem=None):
-    rows = [r for r in results.load(chapter, results.REFERENCE_GPU)
-            if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])]
+    rows = [
+        r
+        for r in results.load(chapter, results.REFERENCE_GPU)
+        if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])
+    ]
     return max(rows, key=lambda r: r["date"])
 
 

@@ -1,6 +1,7 @@
 """Every third-party package the code imports is pinned: in requirements.txt, or in requirements-gpu.txt
 for the optional GPU extras. Imports are read (ast) from kernels/, scripts/, tests/, book/_ext/ and the
 notebooks' code cells."""
+
 import ast
 import json
 import sys
@@ -11,9 +12,15 @@ from kernels.harness import colab
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("kernels", "scripts", "tests", "book/_ext")
 # import name -> distribution, where the two differ beyond '_' and '-'
-DISTRIBUTION = {"skimage": "scikit-image", "cupy": "cupy-cuda12x", "yaml": "pyyaml", "IPython": "ipython",
-                "cuda": "cuda-bindings", "nvidia": "nvidia-cuda-runtime-cu12",  # the wheels' shared namespace
-                "cudnn": "nvidia-cudnn-frontend"}
+DISTRIBUTION = {
+    "skimage": "scikit-image",
+    "cupy": "cupy-cuda12x",
+    "yaml": "pyyaml",
+    "IPython": "ipython",
+    "cuda": "cuda-bindings",
+    "nvidia": "nvidia-cuda-runtime-cu12",  # the wheels' shared namespace
+    "cudnn": "nvidia-cudnn-frontend",
+}
 # this repository's own modules: the package, and the scripts and test helpers imported from their folders
 OWN = {"kernels"} | {p.stem for folder in SOURCES for p in (ROOT / folder).glob("*.py")}
 
@@ -57,8 +64,11 @@ def test_every_third_party_import_is_pinned():
     found = imports()
     third_party = {m: files for m, files in found.items() if m not in sys.stdlib_module_names and m not in OWN}
     assert {"numpy", "numba", "scipy"} <= set(third_party), "the import scan found too little to prove anything"
-    unpinned = {f"{m} ({distribution(m)}, imported by {files[0]})" for m, files in third_party.items()
-                if distribution(m) not in pinned()}
+    unpinned = {
+        f"{m} ({distribution(m)}, imported by {files[0]})"
+        for m, files in third_party.items()
+        if distribution(m) not in pinned()
+    }
     assert not unpinned, "imported but not pinned in requirements*.txt: " + ", ".join(sorted(unpinned))
 
 

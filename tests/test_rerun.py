@@ -1,29 +1,36 @@
 """scripts/rerun.py: chapter names, and the reference column when BOOK_RESULTS points elsewhere."""
-import sys
-from pathlib import Path
 
 import pytest
 
+import rerun
 from kernels.harness import results
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import rerun  # noqa: E402
-
-ENV = {"date": "2099-01-01T00:00:00Z", "commit": "abc", "gpu": "Student GPU", "gpu_slug": "student-gpu",
-       "driver": "1.0", "cuda_runtime": "13.0", "sm_clock_mhz": 1500, "mem_clock_mhz": 1000}
+ENV = {
+    "date": "2099-01-01T00:00:00Z",
+    "commit": "abc",
+    "gpu": "Student GPU",
+    "gpu_slug": "student-gpu",
+    "driver": "1.0",
+    "cuda_runtime": "13.0",
+    "sm_clock_mhz": 1500,
+    "mem_clock_mhz": 1000,
+}
 
 
 def test_reference_column_comes_from_the_repository_when_book_results_is_elsewhere(tmp_path, monkeypatch):
     """A student's fresh BOOK_RESULTS folder holds no reference rows: they must still be compared."""
     committed = results.latest("machine", results.REFERENCE_GPU, results.REPOSITORY)
     key, ref_row = next(iter(sorted(committed.items())))
-    monkeypatch.setattr(results, "RESULTS", tmp_path)          # what BOOK_RESULTS=tmp_path sets
+    monkeypatch.setattr(results, "RESULTS", tmp_path)  # what BOOK_RESULTS=tmp_path sets
     ours = 2 * float(ref_row["value"])
-    results.record("machine", [{"kernel": key[0], "problem": key[1], "metric": key[2], "value": ours,
-                                "unit": ref_row["unit"]}], env=ENV)
+    results.record(
+        "machine",
+        [{"kernel": key[0], "problem": key[1], "metric": key[2], "value": ours, "unit": ref_row["unit"]}],
+        env=ENV,
+    )
     lines = rerun.comparison("student-gpu", ENV["date"], rerun.reference_rows(results.REFERENCE_GPU))
     assert len(lines) == 2
-    assert lines[1].split()[-1] == "2.000"                   # not "-": the reference row was found
+    assert lines[1].split()[-1] == "2.000"  # not "-": the reference row was found
 
 
 def test_only_this_runs_rows_are_listed(tmp_path, monkeypatch):
@@ -35,13 +42,16 @@ def test_only_this_runs_rows_are_listed(tmp_path, monkeypatch):
     assert [line.split()[1] for line in lines[1:]] == ["k2"]
 
 
-@pytest.mark.parametrize("chapter, stems", [
-    ("first_kernels", ["00_first_kernels"]),
-    ("machine", ["01_machine"]),
-    ("ssim", ["02_ssim_worklog", "02b_ssim_beyond"]),
-    ("probes", ["04a_probes_compute", "04b_probes_memory"]),
-    ("implicit_gemm", ["05_implicit_gemm"]),
-])
+@pytest.mark.parametrize(
+    "chapter, stems",
+    [
+        ("first_kernels", ["00_first_kernels"]),
+        ("machine", ["01_machine"]),
+        ("ssim", ["02_ssim_worklog", "02b_ssim_beyond"]),
+        ("probes", ["04a_probes_compute", "04b_probes_memory"]),
+        ("implicit_gemm", ["05_implicit_gemm"]),
+    ],
+)
 def test_chapter_names_match_notebooks_by_prefix(chapter, stems):
     assert [p.stem for p in rerun.chapter_notebooks(chapter)] == stems
 
@@ -54,5 +64,5 @@ def test_unknown_chapter_lists_the_names():
 def test_update_is_refused_on_a_gpu_other_than_the_reference_unless_forced():
     with pytest.raises(SystemExit, match=r"not the reference GPU .*--force-update \(make rerun UPDATE=1 FORCE=1\)"):
         rerun.check_update("nvidia-h200", force=False)
-    rerun.check_update("nvidia-h200", force=True)          # told explicitly
+    rerun.check_update("nvidia-h200", force=True)  # told explicitly
     rerun.check_update(results.REFERENCE_GPU, force=False)

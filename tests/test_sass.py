@@ -1,4 +1,5 @@
 """kernels/harness/sass.py: parsing, counting, loops -- on a real cubin where a disassembler exists."""
+
 import pytest
 
 from kernels.harness import cuda_cpp, sass
@@ -46,13 +47,16 @@ def test_unavailable_tool_raises(monkeypatch):
         sass.find_tool()
 
 
-@pytest.mark.parametrize("line, reads", [
-    ("FFMA R2, R4.reuse, R6, R8", [(0, 4, True), (1, 6, False), (2, 8, False)]),   # R2 is written
-    ("STS [R1+0x10], R5", [(0, 1, False), (1, 5, False)]),                            # a store writes none
-    ("RED.E.ADD.STRONG.GPU [R2.64], R5", [(0, 2, False), (1, 5, False)]),
-    ("ATOMS.ADD R3, [R2], R5", [(0, 2, False), (1, 5, False)]),                     # R3 gets the old value
-    ("ATOMG.E.ADD.STRONG.GPU PT, R3, [R2.64], R5", [(0, 2, False), (1, 5, False)]),  # and a predicate before it
-])
+@pytest.mark.parametrize(
+    "line, reads",
+    [
+        ("FFMA R2, R4.reuse, R6, R8", [(0, 4, True), (1, 6, False), (2, 8, False)]),  # R2 is written
+        ("STS [R1+0x10], R5", [(0, 1, False), (1, 5, False)]),  # a store writes none
+        ("RED.E.ADD.STRONG.GPU [R2.64], R5", [(0, 2, False), (1, 5, False)]),
+        ("ATOMS.ADD R3, [R2], R5", [(0, 2, False), (1, 5, False)]),  # R3 gets the old value
+        ("ATOMG.E.ADD.STRONG.GPU PT, R3, [R2.64], R5", [(0, 2, False), (1, 5, False)]),  # and a predicate before it
+    ],
+)
 def test_register_reads_skip_destinations(line, reads):
     (insn,) = sass.parse(f"//----- .text.k -----\n/*0000*/ {line} ;\n")["k"]
     assert sass.register_reads(insn) == reads

@@ -1,6 +1,7 @@
 """SSIM chapter: the float64 reference, every Numba version in the CUDA simulator (tiny odd sizes), the
 backward kernel, bad input, and the CUDA C++ sources (compiled with NVRTC; run in test_ssim_gpu.py).
 Images are fresh on every run (the ``rng`` fixture prints its seed when a test fails)."""
+
 import re
 import sys
 import types
@@ -8,9 +9,9 @@ import types
 import numpy as np
 import pytest
 
+from gpus import H100, T4
 from kernels.harness import check, cuda_cpp, device
 from kernels.ssim import backward, common, cuda_versions
-from gpus import H100, T4
 
 pytestmark = pytest.mark.skipif(device.MODE == device.NONE, reason="needs numba-cuda (GPU or simulator)")
 
@@ -32,14 +33,22 @@ def to_device(*arrays):
 # ---------------------------------------------------------------------------------------------------
 # The reference itself
 
+
 def test_reference_matches_scikit_image_on_valid_region(rng):
     from skimage.metrics import structural_similarity
+
     a, b = common.test_images((1, 2, 32, 41), kind="structured", seed=rng)
     ours = common.crop_valid(common.reference(a, b))
     for ch in range(2):
-        mssim, full = structural_similarity(a[0, ch].astype(np.float64), b[0, ch].astype(np.float64),
-                                            gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
-                                            data_range=1.0, full=True)
+        mssim, full = structural_similarity(
+            a[0, ch].astype(np.float64),
+            b[0, ch].astype(np.float64),
+            gaussian_weights=True,
+            sigma=1.5,
+            use_sample_covariance=False,
+            data_range=1.0,
+            full=True,
+        )
         np.testing.assert_allclose(ours[0, ch], common.crop_valid(full), atol=1e-10)
         assert abs(ours[0, ch].mean() - mssim) < 1e-10
 
@@ -92,10 +101,13 @@ def test_work_model_and_v2_instruction_model():
 # ---------------------------------------------------------------------------------------------------
 # Numba versions in the simulator (on a GPU: the same small sizes, real kernels)
 
+
 def poisoned(shape, count=None):
     """A NaN-filled float32 device array of ``shape``, or a tuple of ``count`` of them."""
+
     def one():
         return check.poison(device.xp().empty(shape, dtype=np.float32))
+
     return one() if count is None else tuple(one() for _ in range(count))
 
 
@@ -107,7 +119,7 @@ def run_checked(version, a, b, *, training=False, **kw):
     got = common.run(version, da, db, out=poisoned(a.shape), derivs=derivs, training=training, **kw)
     if not training:
         return check.to_host(got)
-    assert all(g is d for g, d in zip(got[1:], derivs)), "run must write the derivative maps it was given"
+    assert all(g is d for g, d in zip(got[1:], derivs, strict=True)), "run must write the derivative maps it was given"
     return tuple(check.to_host(g) for g in got)
 
 
@@ -136,7 +148,7 @@ def test_numba_version_structured_valid(version, rng):
 
 def assert_training_close(got, ref, label):
     names = ("map", "dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
-    for g, r, name in zip(got, ref, names):
+    for g, r, name in zip(got, ref, names, strict=True):
         # the derivative maps reach ~1/C2; their float32 error scales with their size
         check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{label} {name}")
 
@@ -153,8 +165,11 @@ def test_numba_version_training(version, rng):
 def test_tile_parameters_other_than_default(rng):
     a, b = common.test_images((1, 1, 19, 21), seed=rng)
     ref = common.reference(a, b)
-    for version, tile in [("V1", {"bx": 4, "by": 8}), ("V2", {"bx": 12, "by": 2, "px": 3}),
-                          ("V3-1", {"bx": 4, "by": 5})]:
+    for version, tile in [
+        ("V1", {"bx": 4, "by": 8}),
+        ("V2", {"bx": 12, "by": 2, "px": 3}),
+        ("V3-1", {"bx": 4, "by": 5}),
+    ]:
         check.assert_close(run_checked(version, a, b, tile=tile), ref, atol=common.MAP_ATOL, name=version)
 
 
@@ -166,6 +181,7 @@ def test_v2_rejects_tile_not_multiple_of_px(rng):
 
 # ---------------------------------------------------------------------------------------------------
 # Backward
+
 
 def test_backward_kernel_matches_reference(rng):
     a, b = common.test_images((1, 2, 19, 23), seed=rng)
@@ -202,6 +218,7 @@ def test_backward_checks_its_output_and_tile(rng):
 # ---------------------------------------------------------------------------------------------------
 # Bad input
 
+
 @pytest.fixture
 def pair(rng):
     return to_device(*common.test_images((1, 1, 12, 12), seed=rng))
@@ -233,7 +250,7 @@ def test_non_contiguous(pair):
         common.run("V1", a, xp.ascontiguousarray(a))
 
 
-@pytest.mark.parametrize("n, c", [(65536, 1), (256, 256)])   # planes = N*C, from either
+@pytest.mark.parametrize("n, c", [(65536, 1), (256, 256)])  # planes = N*C, from either
 def test_more_planes_than_the_grid_z_dimension(n, c):
     a = device.xp().zeros((n, c, 11, 11), dtype=np.float32)
     with pytest.raises(ValueError, match="at most 65535 planes .* got 65536"):
@@ -334,13 +351,16 @@ def test_verify_wants_a_list_of_shapes():
         common.verify("V1", (1, 1, 11, 11))
 
 
-@pytest.mark.parametrize("version, tile, match", [
-    ("V1", {"bx": 0}, "V1: tile bx must be >= 1"),
-    ("V1", {"by": -4}, "V1: tile by must be >= 1"),
-    ("V3-0", {"bx": 2.5}, "V3-0: tile bx must be an integer"),
-    ("V2", {"px": 0}, "V2: tile px must be >= 1"),
-    ("V1", {"bx": 64, "by": 32}, "2048 threads; the device allows at most 1024"),
-])
+@pytest.mark.parametrize(
+    "version, tile, match",
+    [
+        ("V1", {"bx": 0}, "V1: tile bx must be >= 1"),
+        ("V1", {"by": -4}, "V1: tile by must be >= 1"),
+        ("V3-0", {"bx": 2.5}, "V3-0: tile bx must be an integer"),
+        ("V2", {"px": 0}, "V2: tile px must be >= 1"),
+        ("V1", {"bx": 64, "by": 32}, "2048 threads; the device allows at most 1024"),
+    ],
+)
 def test_tile_values_are_checked(pair, version, tile, match):
     with pytest.raises(ValueError, match=match):
         common.run(version, *pair, tile=tile)
@@ -370,23 +390,27 @@ def test_verify_poisons_the_derivative_maps_and_names_the_seed_of_a_failure(monk
 
     def map_only(version, img1, img2, out, derivs, **tile):  # a kernel that forgets the derivative maps
         real.launch(version, img1, img2, out, None, **tile)
+
     fake = types.SimpleNamespace(launch=map_only, SIM_TILE=real.SIM_TILE, GPU_TILE=real.GPU_TILE)
     monkeypatch.setattr(common, "version_module", lambda version: fake)
     seed = int(rng.integers(2**31))
     lines = common.verify("V1", [(1, 1, 11, 11)], kinds=("random",), training=True, seed=seed)
     assert len(lines) == 4 and lines[0].startswith("PASS  V1 1x1x11x11 random map"), lines
-    for line, name in zip(lines[1:], common.DERIV_NAMES):
+    for line, name in zip(lines[1:], common.DERIV_NAMES, strict=True):
         assert line.startswith(f"FAIL  V1 1x1x11x11 random {name}"), line
         assert f"(images: test_images(seed={seed}))" in line and "NaN/Inf" in line, line
 
 
 def test_step_takes_the_worklog_text_where_its_table_has_no_time():
     from kernels.ssim import bench
+
     measured = {"V4": {"ms": 1.032}, "V4-1": {"ms": 1.0}, "V3": {"ms": 2.0}}
-    assert bench.step(measured, "V4", "V4-1") == ("time V4 / V4-1: here 1.032; "
-                                                  "A100 (worklog) 1.056 (its text: +5.56% time)")
-    assert bench.step(measured, "V4-1", "V3") == ("time V4-1 / V3: here 0.500; "
-                                                  "A100 (worklog) 0.500 (its text: -50.03% time)")
+    assert bench.step(measured, "V4", "V4-1") == (
+        "time V4 / V4-1: here 1.032; A100 (worklog) 1.056 (its text: +5.56% time)"
+    )
+    assert bench.step(measured, "V4-1", "V3") == (
+        "time V4-1 / V3: here 0.500; A100 (worklog) 0.500 (its text: -50.03% time)"
+    )
     assert bench.seed_ratio("V4-1", "Naive") is None
 
 
@@ -394,10 +418,15 @@ def test_worklog_speedup_is_the_share_of_time_saved():
     """Where the worklog's text gives a "speedup" and its table both times, the two agree only if the speedup
     is the share of time saved (1 - new / old), which seed_ratio assumes where the table has no time."""
     from kernels.ssim import bench
+
     a100 = bench.seed_times()
-    both = [(r["kernel"], r["metric"].removeprefix("speedup_vs_"), float(r["value"])) for r in bench.seeds()
-            if r["metric"].startswith("speedup_vs_") and r["kernel"] in a100
-            and r["metric"].removeprefix("speedup_vs_") in a100]
+    both = [
+        (r["kernel"], r["metric"].removeprefix("speedup_vs_"), float(r["value"]))
+        for r in bench.seeds()
+        if r["metric"].startswith("speedup_vs_")
+        and r["kernel"] in a100
+        and r["metric"].removeprefix("speedup_vs_") in a100
+    ]
     assert both
     for new, old, speedup in both:
         assert abs((1 - speedup / 100) - a100[new] / a100[old]) < 0.005, (new, old)
@@ -406,16 +435,25 @@ def test_worklog_speedup_is_the_share_of_time_saved():
 def test_profile_reads_the_reference_gpu_per_output_pixel(tmp_path, monkeypatch):
     from kernels.harness import results
     from kernels.ssim import bench
+
     if device.on_gpu():
         pytest.skip("on a GPU the profile of this GPU comes first")
     folder = tmp_path / results.REFERENCE_GPU
     folder.mkdir()
-    rows = {"warp instructions": 300, "local load instructions": 20, "local store instructions": 4,
-            "DRAM bytes": 1200, "issue slots busy %": 71.5}
-    (folder / "ssim_ncu.csv").write_text("version,metric,value\n"
-                                         + "".join(f"V4,{k},{v}\n" for k, v in rows.items()))
-    results.record("ssim", [{"kernel": "V4", "problem": "p", "metric": "ms", "value": 1.0, "unit": "ms"}],
-                   env={"gpu": "Some GPU 80GB", "gpu_slug": results.REFERENCE_GPU}, root=tmp_path)
+    rows = {
+        "warp instructions": 300,
+        "local load instructions": 20,
+        "local store instructions": 4,
+        "DRAM bytes": 1200,
+        "issue slots busy %": 71.5,
+    }
+    (folder / "ssim_ncu.csv").write_text("version,metric,value\n" + "".join(f"V4,{k},{v}\n" for k, v in rows.items()))
+    results.record(
+        "ssim",
+        [{"kernel": "V4", "problem": "p", "metric": "ms", "value": 1.0, "unit": "ms"}],
+        env={"gpu": "Some GPU 80GB", "gpu_slug": results.REFERENCE_GPU},
+        root=tmp_path,
+    )
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     monkeypatch.setattr(results, "REPOSITORY", tmp_path / "none")
     gpu, counters = bench.profile((1, 2, 5, 6))
@@ -457,6 +495,7 @@ def test_cuda_version_in_simulator_says_it_needs_a_gpu(pair):
 # ---------------------------------------------------------------------------------------------------
 # CUDA C++ sources (compiled on the CPU; run in test_ssim_gpu.py)
 
+
 def test_cuda_weights_and_shift_match_reference():
     text = cuda_versions.HEADER.read_text()
     assert float(re.search(r"kShift = ([0-9.]+)f;", text).group(1)) == common.SHIFT
@@ -474,8 +513,10 @@ def test_versions_a_gpu_cannot_run():
     assert not any(cuda_versions.unsupported(v, H100) for v in common.VERSIONS)
     reasons = {v: why for v in common.VERSIONS if (why := cuda_versions.unsupported(v, T4))}
     assert list(reasons) == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"]
-    assert all(why.startswith(f"{v} copies rows with cp.async") and "sm_80" in why and why.endswith("sm_75")
-               for v, why in reasons.items())
+    assert all(
+        why.startswith(f"{v} copies rows with cp.async") and "sm_80" in why and why.endswith("sm_75")
+        for v, why in reasons.items()
+    )
 
 
 @pytest.mark.parametrize("version", common.CUDA_VERSIONS)
@@ -493,6 +534,7 @@ def test_unsupported_is_what_fails_to_compile_for_sm_75(version):
 
 def test_on_a_t4_versions_are_left_out_with_one_line_each(monkeypatch, capsys):
     from kernels.ssim import bench
+
     monkeypatch.setattr(device, "on_gpu", lambda: True)
     monkeypatch.setattr(device, "properties", lambda: T4)
     assert cuda_versions.runnable(common.BEYOND) == ["V5", "V6"]
@@ -500,8 +542,11 @@ def test_on_a_t4_versions_are_left_out_with_one_line_each(monkeypatch, capsys):
     assert [line.split()[5] for line in lines] == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"]
     assert all(line.startswith("left out on this GPU: V") and "needs sm_80" in line for line in lines)
     # uncached: on a GPU an earlier test may have loaded them
-    for launch in (lambda: cuda_versions.kernel.__wrapped__("V7"), lambda: cuda_versions.mean_kernel.__wrapped__("V13"),
-                   lambda: bench.resources("V14")):
+    for launch in (
+        lambda: cuda_versions.kernel.__wrapped__("V7"),
+        lambda: cuda_versions.mean_kernel.__wrapped__("V13"),
+        lambda: bench.resources("V14"),
+    ):
         with pytest.raises(RuntimeError, match="cp.async, which needs sm_80 or later; this GPU is sm_75"):
             launch()
     monkeypatch.setattr(device, "properties", lambda: H100)

@@ -1,6 +1,7 @@
 """SSIM on a real GPU: every version (Numba with its GPU tiles, and the CUDA C++ ones) against the float64
 reference at odd sizes up to 2x3x2161x3839 (and one width that is a multiple of 4, for the 16-byte copy
 path of V7 on), in inference and training mode. Images are fresh in every session; a failure names their seed."""
+
 import numpy as np
 import pytest
 
@@ -26,11 +27,13 @@ def cases():
             a, b = common.test_images(shape, kind=kind, seed=seed)
             cache[key] = (a, b, common.reference(a, b, training=training), seed)
         return cache[key]
+
     return get
 
 
 def poisoned(shape):
     import cupy
+
     return check.poison(cupy.empty(shape, dtype=cupy.float32))
 
 
@@ -38,9 +41,11 @@ def run_poisoned(version, a, b, *, training=False, **kw):
     """Run with a poisoned map and, in training, poisoned derivative maps: the pool may otherwise hand
     out memory a previous version freed, already holding the right values."""
     import cupy
+
     derivs = tuple(poisoned(a.shape) for _ in common.DERIV_NAMES) if training else None
-    return common.run(version, cupy.asarray(a), cupy.asarray(b), out=poisoned(a.shape), derivs=derivs,
-                      training=training, **kw)
+    return common.run(
+        version, cupy.asarray(a), cupy.asarray(b), out=poisoned(a.shape), derivs=derivs, training=training, **kw
+    )
 
 
 @pytest.mark.parametrize("version", list(common.VERSIONS))
@@ -60,9 +65,8 @@ def test_version_matches_reference(version, kind, shape, cases):
 def test_version_training(version, shape, cases):
     a, b, ref, seed = cases(shape, "random", training=True)
     got = run_poisoned(version, a, b, training=True)
-    for g, r, name in zip(got, ref, ("map", *common.DERIV_NAMES)):
-        check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())),
-                           name=f"{version} {name} seed {seed}")
+    for g, r, name in zip(got, ref, ("map", *common.DERIV_NAMES), strict=True):
+        check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{version} {name} seed {seed}")
 
 
 @pytest.mark.parametrize("version", common.fused_mean_versions())
@@ -72,6 +76,7 @@ def test_version_training(version, shape, cases):
 def test_fused_mean_matches_reference(version, valid, kind, shape, cases):
     """The mean mode writes no map: its per-plane float64 sums against the reference map's, and the mean."""
     import cupy
+
     a, b, ref, seed = cases(shape, kind)
     ref = common.crop_valid(ref) if valid else ref
     da, db = cupy.asarray(a), cupy.asarray(b)
@@ -92,6 +97,7 @@ def test_cuda_version_nan_stays_in_its_windows(version, rng):
 
 def test_backward_large(rng):
     import cupy
+
     shape = (1, 3, 517, 389)
     a, b = common.test_images(shape, seed=rng)
     g = rng.standard_normal(shape).astype(np.float32)

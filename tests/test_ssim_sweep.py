@@ -1,15 +1,12 @@
 """scripts/ssim_sweep.py: the source rewrites behind each variant (the sweep itself needs a GPU)."""
+
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
+import ssim_sweep
 from kernels.harness import cuda_cpp
 from kernels.ssim import cuda_versions
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import ssim_sweep  # noqa: E402
 
 
 def declaration(text: str, kernel: str) -> str:

@@ -1,5 +1,6 @@
 """The student edition (scripts/student_edition.py, `make student`): no solution left, every exercise kept,
 valid notebooks; and every {solution} of the book stays collapsed behind a dropdown."""
+
 import ast
 import json
 import os
@@ -11,12 +12,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import student_edition
 from kernels.harness import exercise, glue
+from student_edition import SOLUTION, student_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import student_edition  # noqa: E402
-from student_edition import SOLUTION, student_notebook  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXERCISE_LABEL = re.compile(r"\{exercise\}[^\n]*\n:label: ([\w-]+)")
@@ -27,14 +27,22 @@ def md(text):
 
 
 def code(text, tags=(), outputs=()):
-    return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": text, "execution_count": None,
-            "outputs": list(outputs)}
+    return {
+        "cell_type": "code",
+        "metadata": {"tags": list(tags)},
+        "source": text,
+        "execution_count": None,
+        "outputs": list(outputs),
+    }
 
 
 def glued(name, value):
     """The output kernels.harness.glue writes for ``glue(name, value)``."""
-    return {"output_type": "display_data", "data": {glue.MIME_PREFIX + "text/plain": repr(value)},
-            "metadata": {"scrapbook": {"name": name, "mime_prefix": glue.MIME_PREFIX}}}
+    return {
+        "output_type": "display_data",
+        "data": {glue.MIME_PREFIX + "text/plain": repr(value)},
+        "metadata": {"scrapbook": {"name": name, "mime_prefix": glue.MIME_PREFIX}},
+    }
 
 
 def sources(nb) -> str:
@@ -49,24 +57,36 @@ def sources(nb) -> str:
 
 
 SYNTHETIC = {
-    "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+    "metadata": {},
     "cells": [
         code('profile = "full"', tags=["parameters"]),
         code('# Parameters\nprofile = "ci"\n', tags=["injected-parameters", "remove-cell"]),
-        code('rate = 2.0\nglue("rate", rate)\n# the floor exercise: 12 bytes per element\nglue("floor_ms", 12 / rate)\n'
-             'for w in (4, 8):  # the chain exercise\n    glue(f"pct_{w}", w / 4)\nprint(rate)',
-             outputs=[glued("rate", 2.0), glued("floor_ms", 6.0), glued("pct_4", 1.0), glued("pct_8", 2.0),
-                      {"output_type": "stream", "name": "stdout", "text": "2.0\n"}]),
-        md("The rate is {glue:text}`rate:.1f`.\n\n"
-           "```{exercise} Floor\n:label: syn-ex-floor\nCompute the floor.\n```\n\n"
-           "```{solution} syn-ex-floor\n:class: dropdown\nTwelve bytes per element: {glue:text}`floor_ms:.1f` ms.\n"
-           "Also {glue:text}`rate:.1f`, quoted outside a solution too.\n```\n\n"
-           "````{exercise} Write it\n:label: syn-ex-write\nCheck it in a new cell:\n\n```python\n"
-           "exercise.check(\"syn-ex-write\", launch)\n```\n````\n"
-           "````{solution} syn-ex-write\n:class: dropdown\nThe nested answer:\n\n```python\n"
-           "def launch(out):\n    answer_kernel[1, 32](out)\n```\n\nAnd ``` inside a line.\n````\n\n"
-           ":::{solution} syn-ex-floor\n:class: dropdown\nA colon-fenced answer, {glue:text}`pct_4:.0f`% and {glue:text}`pct_8:.0f`%.\n:::\n\n"
-           "Closing words."),
+        code(
+            'rate = 2.0\nglue("rate", rate)\n# the floor exercise: 12 bytes per element\nglue("floor_ms", 12 / rate)\n'
+            'for w in (4, 8):  # the chain exercise\n    glue(f"pct_{w}", w / 4)\nprint(rate)',
+            outputs=[
+                glued("rate", 2.0),
+                glued("floor_ms", 6.0),
+                glued("pct_4", 1.0),
+                glued("pct_8", 2.0),
+                {"output_type": "stream", "name": "stdout", "text": "2.0\n"},
+            ],
+        ),
+        md(
+            "The rate is {glue:text}`rate:.1f`.\n\n"
+            "```{exercise} Floor\n:label: syn-ex-floor\nCompute the floor.\n```\n\n"
+            "```{solution} syn-ex-floor\n:class: dropdown\nTwelve bytes per element: {glue:text}`floor_ms:.1f` ms.\n"
+            "Also {glue:text}`rate:.1f`, quoted outside a solution too.\n```\n\n"
+            "````{exercise} Write it\n:label: syn-ex-write\nCheck it in a new cell:\n\n```python\n"
+            'exercise.check("syn-ex-write", launch)\n```\n````\n'
+            "````{solution} syn-ex-write\n:class: dropdown\nThe nested answer:\n\n```python\n"
+            "def launch(out):\n    answer_kernel[1, 32](out)\n```\n\nAnd ``` inside a line.\n````\n\n"
+            ":::{solution} syn-ex-floor\n:class: dropdown\n"
+            "A colon-fenced answer, {glue:text}`pct_4:.0f`% and {glue:text}`pct_8:.0f`%.\n:::\n\n"
+            "Closing words."
+        ),
         md("```{solution} syn-ex-write\n:class: dropdown\nA cell holding only an answer.\n```\n"),
         md("No solution here, so left as written:\n```python\nx = 1\n\n\ny = 2\n```\n"),
     ],
@@ -81,19 +101,36 @@ def test_synthetic_notebook_loses_its_solutions_and_keeps_its_exercises():
     assert json.dumps(SYNTHETIC) == before, "the input notebook was changed"
     nbformat.validate(nbformat.from_dict(nb))
     text = sources(nb)
-    for gone in ("{solution}", "Twelve bytes", "nested answer", "answer_kernel", "inside a line", "colon-fenced",
-                 "only an answer", "floor_ms", "12 bytes per element", "pct_", "chain exercise", 'profile = "ci"'):
+    for gone in (
+        "{solution}",
+        "Twelve bytes",
+        "nested answer",
+        "answer_kernel",
+        "inside a line",
+        "colon-fenced",
+        "only an answer",
+        "floor_ms",
+        "12 bytes per element",
+        "pct_",
+        "chain exercise",
+        'profile = "ci"',
+    ):
         assert gone not in text
-    for kept in ("Compute the floor.", ":label: syn-ex-floor", ":label: syn-ex-write",
-                 'exercise.check("syn-ex-write", launch)', "Closing words.", 'glue("rate", rate)', "print(rate)"):
+    for kept in (
+        "Compute the floor.",
+        ":label: syn-ex-floor",
+        ":label: syn-ex-write",
+        'exercise.check("syn-ex-write", launch)',
+        "Closing words.",
+        'glue("rate", rate)',
+        "print(rate)",
+    ):
         assert kept in text
     assert [c["cell_type"] for c in nb["cells"]] == ["code", "code", "markdown", "markdown"]
     assert nb["cells"][-1]["source"] == SYNTHETIC["cells"][-1]["source"]
     ast.parse(nb["cells"][1]["source"])
     assert set(glue.stored(nb)) == {"rate"}, "only the glue a solution alone quotes goes"
     assert {"output_type": "stream", "name": "stdout", "text": "2.0\n"} in nb["cells"][1]["outputs"]
-
-
 
 
 def solution_lines(nb) -> set:
@@ -129,8 +166,9 @@ def test_edition_is_the_repository_with_every_notebook(edition):
 
 def defined(paths) -> set:
     """The names of the functions that the Python files at ``paths`` define at their top level."""
-    return {node.name for path in paths for node in ast.parse(path.read_text()).body
-            if isinstance(node, ast.FunctionDef)}
+    return {
+        node.name for path in paths for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)
+    }
 
 
 @from_git
@@ -139,7 +177,9 @@ def test_edition_has_no_published_solution(edition):
     assert not list(edition.rglob("solutions.py"))
     solutions = defined(SOLUTION_FILES)
     assert {sol.solution.__name__ for sol in exercise.all_solutions().values()} <= solutions
-    assert not solutions & defined((edition / "kernels").rglob("*.py")), "a kernel file of the edition defines a solution's function"
+    assert not solutions & defined((edition / "kernels").rglob("*.py")), (
+        "a kernel file of the edition defines a solution's function"
+    )
 
 
 @from_git
@@ -150,12 +190,26 @@ def test_edition_grades_without_the_solutions(edition, tmp_path):
     handed_in = tmp_path / "saxpy.py"
     handed_in.write_text((ROOT / "kernels" / "machine" / "solutions.py").read_text() + "\nlaunch = launch_saxpy\n")
     env = {**os.environ, "PYTHONPATH": str(edition)}
-    listed = subprocess.run([sys.executable, "-c", "from kernels.harness import exercise\n"
-                             "print(len(exercise.all_exercises()), len(exercise.all_solutions()))"],
-                            cwd=edition, env=env, capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from kernels.harness import exercise\nprint(len(exercise.all_exercises()), len(exercise.all_solutions()))",
+        ],
+        cwd=edition,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert listed == [str(len(exercise.all_exercises())), "0"]
-    graded = subprocess.run([sys.executable, "-m", "kernels.harness.exercise", "check", "machine-ex-saxpy",
-                             str(handed_in)], cwd=edition, env=env, capture_output=True, text=True)
+    graded = subprocess.run(
+        [sys.executable, "-m", "kernels.harness.exercise", "check", "machine-ex-saxpy", str(handed_in)],
+        cwd=edition,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert graded.returncode == 0 and "PASS  machine-ex-saxpy" in graded.stdout, graded.stdout + graded.stderr
 
 
@@ -169,8 +223,11 @@ def test_edition_has_no_solution_and_every_exercise(path):
     distinctive = solution_lines(original)
     assert distinctive or "{solution}" not in path.read_text(), "the test found no solution text to look for"
     assert not [line for line in distinctive if line in text]
-    untouched = ["".join(c["source"]) for c in original["cells"]
-                 if c["cell_type"] == "markdown" and "{solution}" not in "".join(c["source"])]
+    untouched = [
+        "".join(c["source"])
+        for c in original["cells"]
+        if c["cell_type"] == "markdown" and "{solution}" not in "".join(c["source"])
+    ]
     assert all(s in [c.source for c in student.cells] for s in untouched), "Markdown without a solution changed"
     labels = set(EXERCISE_LABEL.findall(sources(original)))
     assert labels <= set(EXERCISE_LABEL.findall(text))
@@ -188,13 +245,18 @@ def test_edition_has_no_solution_and_every_exercise(path):
 
 def shown_open(text: str) -> list[str]:
     """The opening line of each {solution} in ``text`` whose options lack ``:class: dropdown``."""
-    return [m.group(1) for m in re.finditer(r"^([`:]{3,}\{solution\}.*)\n((?::\w.*\n)*)", text, flags=re.M)
-            if not re.search(r"^:class:.*\bdropdown\b", m.group(2), flags=re.M)]
+    return [
+        m.group(1)
+        for m in re.finditer(r"^([`:]{3,}\{solution\}.*)\n((?::\w.*\n)*)", text, flags=re.M)
+        if not re.search(r"^:class:.*\bdropdown\b", m.group(2), flags=re.M)
+    ]
 
 
 def test_shown_open_finds_a_solution_without_dropdown():
-    text = ("```{solution} a\n:label: a-sol\n:class: dropdown\nhidden\n```\n"
-            "````{solution} b\nopen, though it says\n:class: dropdown\n````\n:::{solution} c\n:::\n")
+    text = (
+        "```{solution} a\n:label: a-sol\n:class: dropdown\nhidden\n```\n"
+        "````{solution} b\nopen, though it says\n:class: dropdown\n````\n:::{solution} c\n:::\n"
+    )
     assert shown_open(text) == ["````{solution} b", ":::{solution} c"]
 
 

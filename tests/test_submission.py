@@ -1,4 +1,5 @@
 """Grading submitted files: each runs in a process of its own, and no file can stop, hang or fool the batch."""
+
 import os
 import textwrap
 from pathlib import Path
@@ -32,8 +33,14 @@ SUBMISSIONS = {
     "host_answer.py": "def launch(out, x, y, a):\n    out[...] = a * x + y\n",
     "correct.py": KERNEL + "\ndef launch(out, x, y, a):\n    saxpy[(out.size + 31) // 32, 32](out, x, y, a)\n",
 }
-VERDICTS = {"exits.py": "EXIT", "exits_in_launch.py": "EXIT", "hangs.py": "TIMEOUT", "crashes.py": "CRASH",
-            "host_answer.py": "FAIL", "correct.py": "PASS"}
+VERDICTS = {
+    "exits.py": "EXIT",
+    "exits_in_launch.py": "EXIT",
+    "hangs.py": "TIMEOUT",
+    "crashes.py": "CRASH",
+    "host_answer.py": "FAIL",
+    "correct.py": "PASS",
+}
 
 
 def alive(pid: int) -> bool:
@@ -61,8 +68,10 @@ def test_a_batch_grades_every_file_whatever_each_does(tmp_path, capsys):
     assert "EXIT  machine-ex-saxpy: the submission called sys.exit(0) before it was graded" in report
     assert "EXIT  machine-ex-saxpy: the submission ended the process (exit status 0, e.g. os._exit(0))" in report
     assert "TIMEOUT  machine-ex-saxpy: still running after 20 s, so stopped" in report
-    assert ("CRASH  machine-ex-saxpy: the process was killed by signal SIGABRT before it was graded\n"
-            "  the last lines of its stderr:\n    about to abort") in report
+    assert (
+        "CRASH  machine-ex-saxpy: the process was killed by signal SIGABRT before it was graded\n"
+        "  the last lines of its stderr:\n    about to abort"
+    ) in report
     assert "no kernel ran: the output was written by host code" in report
     assert "PASS  machine-ex-saxpy: 3 sizes" in report
     assert not alive(int((tmp_path / "hangs.py.pid").read_text())), "the timeout left a process running"
@@ -71,8 +80,10 @@ def test_a_batch_grades_every_file_whatever_each_does(tmp_path, capsys):
 def test_a_file_runs_in_a_process_of_its_own(tmp_path, capsys):
     """A submission that would change the grader's own process (its registry) changes only its own."""
     path = tmp_path / "meddles.py"
-    path.write_text("from kernels.harness import exercise\nexercise._REGISTRY.clear()\n"
-                    f"import os\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n")
+    path.write_text(
+        "from kernels.harness import exercise\nexercise._REGISTRY.clear()\n"
+        f"import os\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+    )
     assert exercise.main(["check", "machine-ex-saxpy", str(path)]) == 1
     assert "defines no function `launch(out, *inputs)`" in capsys.readouterr().out
     assert int((tmp_path / "pid").read_text()) != os.getpid()

@@ -11,6 +11,7 @@ extensions it loads on demand from the release ``make book`` unpacks from npm (m
 `literalinclude` with `:diff:` heads its diff with both files' absolute paths, the building machine's
 folders on the page; they are made relative to the book's root here.
 """
+
 import os
 import shutil
 from pathlib import Path
@@ -59,8 +60,10 @@ def _relative_diff_headers(app, doctree):
     root = os.path.normpath(app.srcdir) + os.sep
     for block in doctree.findall(nodes.literal_block):
         if block.get("language") == "udiff" and root in block.rawsource:
-            text = "".join(line.replace(root, "", 1) if line.startswith(("--- ", "+++ ")) else line
-                           for line in block.rawsource.splitlines(keepends=True))
+            text = "".join(
+                line.replace(root, "", 1) if line.startswith(("--- ", "+++ ")) else line
+                for line in block.rawsource.splitlines(keepends=True)
+            )
             block.rawsource = text  # the HTML writer highlights a block only while its rawsource is its text
             block[:] = [nodes.Text(text)]
 

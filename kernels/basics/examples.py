@@ -3,6 +3,7 @@
 Blocks are small (64 threads, or 32 x 2) so that the simulator, which runs every thread as a Python
 thread, stays quick; on a GPU 128 to 256 threads per block is the usual choice.
 """
+
 import math
 
 import numpy as np

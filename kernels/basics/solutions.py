@@ -4,6 +4,7 @@ The notebook's solutions show the code between a ``# --- <label>`` line and the 
 line. The mistakes are ones students make; tests/test_basics.py proves the checker fails each and
 says why. The student edition leaves this file out (scripts/student_edition.py).
 """
+
 import numpy as np
 from numba import cuda
 
@@ -32,8 +33,11 @@ def launch_map_thread_index(out, x):
     add_ten_thread_index[out.size // 32, 32](out, x)
 
 
-attach("basics-ex-map", solution=launch_map,
-       wrong={"threadIdx instead of the grid index": (launch_map_thread_index, "never written")})
+attach(
+    "basics-ex-map",
+    solution=launch_map,
+    wrong={"threadIdx instead of the grid index": (launch_map_thread_index, "never written")},
+)
 
 
 # --- basics-ex-zip: out[i] = x[i] + y[i] --------------------------------------------------------
@@ -58,8 +62,7 @@ def launch_zip_x_twice(out, x, y):
     add_x_twice[out.size // 32, 32](out, x, y)
 
 
-attach("basics-ex-zip", solution=launch_zip,
-       wrong={"x added twice": (launch_zip_x_twice, "wrong")})
+attach("basics-ex-zip", solution=launch_zip, wrong={"x added twice": (launch_zip_x_twice, "wrong")})
 
 
 # --- basics-ex-guard: out[i] = x[i] * x[i] for any length ------------------------------------------
@@ -100,10 +103,15 @@ def launch_guard_rounded_down(out, x):
     square[max(out.size // 64, 1), 64](out, x)
 
 
-attach("basics-ex-guard", solution=launch_guard,
-       wrong={"no bounds check": (launch_guard_unguarded, "outside an array"),
-              "off-by-one bounds check": (launch_guard_off_by_one, "outside an array"),
-              "grid rounded down": (launch_guard_rounded_down, "never written")})
+attach(
+    "basics-ex-guard",
+    solution=launch_guard,
+    wrong={
+        "no bounds check": (launch_guard_unguarded, "outside an array"),
+        "off-by-one bounds check": (launch_guard_off_by_one, "outside an array"),
+        "grid rounded down": (launch_guard_rounded_down, "never written"),
+    },
+)
 
 
 # --- basics-ex-map-2d: out[r, c] = x[r, c] + 10 on a matrix ------------------------------------------
@@ -144,9 +152,14 @@ def launch_map_2d_wrong_guard(out, x):
     add_ten_2d_wrong_guard[((cols + 31) // 32, (rows + 1) // 2), (32, 2)](out, x)
 
 
-attach("basics-ex-map-2d", solution=launch_map_2d,
-       wrong={"x and y swapped": (launch_map_2d_swapped, "uncoalesced"),
-              "bounds checked against the wrong dimension": (launch_map_2d_wrong_guard, "outside an array")})
+attach(
+    "basics-ex-map-2d",
+    solution=launch_map_2d,
+    wrong={
+        "x and y swapped": (launch_map_2d_swapped, "uncoalesced"),
+        "bounds checked against the wrong dimension": (launch_map_2d_wrong_guard, "outside an array"),
+    },
+)
 
 
 # --- basics-ex-broadcast: out[r, c] = a[r] + b[c] ------------------------------------------------
@@ -175,8 +188,11 @@ def launch_broadcast_swapped(out, a, b):
     outer_sum_swapped[((cols + 31) // 32, (rows + 1) // 2), (32, 2)](out, a, b)
 
 
-attach("basics-ex-broadcast", solution=launch_broadcast,
-       wrong={"a and b indexed by each other's index": (launch_broadcast_swapped, "outside an array")})
+attach(
+    "basics-ex-broadcast",
+    solution=launch_broadcast,
+    wrong={"a and b indexed by each other's index": (launch_broadcast_swapped, "outside an array")},
+)
 
 
 # --- basics-ex-block-sum: out[b] = the sum of block b's 64 elements ---------------------------------
@@ -243,9 +259,14 @@ def launch_block_sum_tail_unset(out, x):
     block_sum_tail_unset[out.size, 64](out, x)
 
 
-attach("basics-ex-block-sum", solution=launch_block_sum,
-       wrong={"no barrier between the steps": (launch_block_sum_no_barrier, "race"),
-              "threads past the end leave their slot unset": (launch_block_sum_tail_unset, "NaN")})
+attach(
+    "basics-ex-block-sum",
+    solution=launch_block_sum,
+    wrong={
+        "no barrier between the steps": (launch_block_sum_no_barrier, "race"),
+        "threads past the end leave their slot unset": (launch_block_sum_tail_unset, "NaN"),
+    },
+)
 
 
 # --- basics-ex-stencil: out[i] = x[i - 1] + x[i] + x[i + 1], zero outside x ---------------------
@@ -300,10 +321,14 @@ def launch_stencil_no_barrier(out, x):
     sum3_no_barrier[(out.size + 63) // 64, 64](out, x)
 
 
-attach("basics-ex-stencil", solution=launch_stencil,
-       wrong={"every thread reads its three inputs from global memory": (launch_stencil_global,
-                                                                         "redundant global reads"),
-              "no barrier between the loads and the sums": (launch_stencil_no_barrier, "race")})
+attach(
+    "basics-ex-stencil",
+    solution=launch_stencil,
+    wrong={
+        "every thread reads its three inputs from global memory": (launch_stencil_global, "redundant global reads"),
+        "no barrier between the loads and the sums": (launch_stencil_no_barrier, "race"),
+    },
+)
 
 
 # --- basics-ex-dot: out[0] = sum of x[i] * y[i] -----------------------------------------------------
@@ -394,9 +419,14 @@ def launch_dot_no_barrier(out, x, y):
     sum_parts[1, 64](out, part)
 
 
-attach("basics-ex-dot", solution=launch_dot,
-       wrong={"atomic adds onto an output nothing cleared": (launch_dot_atomic_on_poison, "never written"),
-              "no barrier in the block's tree": (launch_dot_no_barrier, "race")})
+attach(
+    "basics-ex-dot",
+    solution=launch_dot,
+    wrong={
+        "atomic adds onto an output nothing cleared": (launch_dot_atomic_on_poison, "never written"),
+        "no barrier in the block's tree": (launch_dot_no_barrier, "race"),
+    },
+)
 
 
 # --- basics-ex-row-sum: out[r] = sum of row r of x --------------------------------------------------
@@ -439,8 +469,11 @@ def launch_row_sum_thread_per_row(out, x):
     row_sums_thread_per_row[(out.size + 63) // 64, 64](out, x)
 
 
-attach("basics-ex-row-sum", solution=launch_row_sum,
-       wrong={"one thread per row": (launch_row_sum_thread_per_row, "uncoalesced")})
+attach(
+    "basics-ex-row-sum",
+    solution=launch_row_sum,
+    wrong={"one thread per row": (launch_row_sum_thread_per_row, "uncoalesced")},
+)
 
 
 # --- basics-ex-transpose: out = x.T, both the reads and the writes coalesced ----------------------
@@ -476,8 +509,11 @@ def launch_transpose_naive(out, x):
     transpose_naive[((cols + 31) // 32, (rows + 7) // 8), (32, 8)](out, x)
 
 
-attach("basics-ex-transpose", solution=launch_transpose,
-       wrong={"write along columns": (launch_transpose_naive, "uncoalesced")})
+attach(
+    "basics-ex-transpose",
+    solution=launch_transpose,
+    wrong={"write along columns": (launch_transpose_naive, "uncoalesced")},
+)
 
 
 # --- basics-ex-banks: the transpose without bank conflicts -------------------------------------------
@@ -503,5 +539,8 @@ def launch_banks(out, x):
 # Mistakes of basics-ex-banks: the transpose above, with its (32, 32) tile: launch_transpose
 
 
-attach("basics-ex-banks", solution=launch_banks,
-       wrong={"a (32, 32) tile read by columns": (launch_transpose, "bank conflicts")})
+attach(
+    "basics-ex-banks",
+    solution=launch_banks,
+    wrong={"a (32, 32) tile read by columns": (launch_transpose, "bank conflicts")},
+)

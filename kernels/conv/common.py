@@ -7,10 +7,11 @@ Layout "nchw": x (N, C, H, W), f (K, C, 3, 3), y (N, K, H, W).
 Layout "nhwc": x (N, H, W, C), f (3, 3, C, K), y (N, H, W, K) -- channels innermost, so the threads
 of a warp that own neighbouring output channels touch neighbouring words.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -79,12 +80,17 @@ def problem_of(x_shape: tuple, f_shape: tuple, layout: str) -> Problem:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     other = LAYOUTS[1 - LAYOUTS.index(layout)]
-    fix = ("convert NCHW/KCRS arrays with to_layout(x, f, 'nhwc')" if layout == "nhwc"
-           else "transpose x to NCHW and f to KCRS")
+    fix = (
+        "convert NCHW/KCRS arrays with to_layout(x, f, 'nhwc')"
+        if layout == "nhwc"
+        else "transpose x to NCHW and f to KCRS"
+    )
     taps = {"nchw": tuple(f_shape[2:]), "nhwc": tuple(f_shape[:2])}
     if taps[layout] != (R, S) and taps[other] == (R, S):
-        raise ValueError(f"f: this stage takes {layout} filters {FILTER_AXES[layout]}, got shape {tuple(f_shape)}, "
-                         f"the {other} layout {FILTER_AXES[other]}: {fix}")
+        raise ValueError(
+            f"f: this stage takes {layout} filters {FILTER_AXES[layout]}, got shape {tuple(f_shape)}, "
+            f"the {other} layout {FILTER_AXES[other]}: {fix}"
+        )
     if layout == "nchw":
         (n, c, h, w), (k, fc, r, s) = x_shape, f_shape
     else:
@@ -114,8 +120,7 @@ def to_layout(x_nchw, f_kcrs, layout: str):
         return x_nchw, f_kcrs
     if layout == "nhwc":
         xp = device.xp() if not isinstance(x_nchw, np.ndarray) else np
-        return (xp.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1)),
-                xp.ascontiguousarray(f_kcrs.transpose(2, 3, 1, 0)))
+        return (xp.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1)), xp.ascontiguousarray(f_kcrs.transpose(2, 3, 1, 0)))
     raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
@@ -138,7 +143,7 @@ def reference(x_nchw, f_kcrs) -> np.ndarray:
     y = np.zeros((n, f.shape[0], h, w))
     for r in range(R):
         for s in range(S):
-            y += np.einsum("nchw,kc->nkhw", padded[:, :, r:r + h, s:s + w], f[:, :, r, s], optimize=True)
+            y += np.einsum("nchw,kc->nkhw", padded[:, :, r : r + h, s : s + w], f[:, :, r, s], optimize=True)
     return y
 
 
@@ -159,21 +164,24 @@ class Stage:
     ``launch(x, f, y, problem)`` enqueues the kernel and returns without synchronising.
     ``c_multiple``/``k_multiple``: input/output channel counts must be multiples of these (vector loads).
     """
+
     name: str
     layout: str
     launch: Callable
-    device: bool = True              # False for the CPU stage
+    device: bool = True  # False for the CPU stage
     c_multiple: int = 1
     k_multiple: int = 1
-    needs_gpu: bool = False          # CUDA C++ stages cannot run in the simulator
+    needs_gpu: bool = False  # CUDA C++ stages cannot run in the simulator
     options: dict = field(default_factory=dict)
 
 
 def validate(stage: Stage, x, f, y=None) -> Problem:
     """Check every argument against what ``stage`` supports; raise naming the broken constraint."""
     if not isinstance(stage, Stage):
-        raise TypeError(f"stage: expected a Stage object (s1_naive.STAGE, one of stages.all_gpu(), ...), "
-                        f"got {type(stage).__name__} {stage!r}")
+        raise TypeError(
+            f"stage: expected a Stage object (s1_naive.STAGE, one of stages.all_gpu(), ...), "
+            f"got {type(stage).__name__} {stage!r}"
+        )
     if stage.layout not in LAYOUTS:
         raise ValueError(f"stage {stage.name}: unknown layout {stage.layout!r}")
     if stage.device:
@@ -182,26 +190,31 @@ def validate(stage: Stage, x, f, y=None) -> Problem:
     else:
         for a, name in ((x, "x"), (f, "f")):
             if not isinstance(a, np.ndarray):
-                raise TypeError(f"{name}: stage {stage.name} runs on the CPU and needs a NumPy array, "
-                                f"got {type(a).__name__}")
+                raise TypeError(
+                    f"{name}: stage {stage.name} runs on the CPU and needs a NumPy array, got {type(a).__name__}"
+                )
             if a.dtype != np.float32 or a.ndim != 4 or not a.flags.c_contiguous or a.size == 0:
-                raise ValueError(f"{name}: expected a non-empty C-contiguous float32 4-D array, got "
-                                 f"{a.dtype} of shape {a.shape}")
+                raise ValueError(
+                    f"{name}: expected a non-empty C-contiguous float32 4-D array, got {a.dtype} of shape {a.shape}"
+                )
     p = problem_of(tuple(x.shape), tuple(f.shape), stage.layout)
     if p.c % stage.c_multiple:
-        raise ValueError(f"stage {stage.name} loads {stage.c_multiple} input channels at once: C must be a "
-                         f"multiple of {stage.c_multiple}, got C = {p.c}")
+        raise ValueError(
+            f"stage {stage.name} loads {stage.c_multiple} input channels at once: C must be a "
+            f"multiple of {stage.c_multiple}, got C = {p.c}"
+        )
     if p.k % stage.k_multiple:
-        raise ValueError(f"stage {stage.name} stores {stage.k_multiple} output channels at once: K must be a "
-                         f"multiple of {stage.k_multiple}, got K = {p.k}")
+        raise ValueError(
+            f"stage {stage.name} stores {stage.k_multiple} output channels at once: K must be a "
+            f"multiple of {stage.k_multiple}, got K = {p.k}"
+        )
     if p.n * max(p.c, p.k) * p.h * p.w >= 2**31:
         raise ValueError("tensors with 2**31 or more elements are not supported (32-bit indices)")
     if y is not None:
         y_shape = shapes(p, stage.layout)[2]
         if stage.device:
             check.require_array(y, "y", dtype=np.float32, shape=y_shape)
-        elif not (isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == y_shape
-                  and y.flags.c_contiguous):
+        elif not (isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == y_shape and y.flags.c_contiguous):
             raise ValueError(f"y: expected a C-contiguous float32 NumPy array of shape {y_shape}")
         check.require_output(y, "y", {"x": x, "f": f})
     if stage.needs_gpu and device.MODE != device.GPU:
@@ -239,5 +252,10 @@ def check_stage(stage: Stage, p: Problem, seed: int | None = None) -> check.Chec
     if stage.device:
         xs, fs = device.xp().asarray(xs), device.xp().asarray(fs)
     y = run(stage, xs, fs)
-    return check.compare(output_to_nchw(y, stage.layout), reference(x, f), atol=tolerance(p), rtol=1e-5,
-                         name=f"{stage.name} on {p.n}x{p.c}x{p.h}x{p.w} -> {p.k}")
+    return check.compare(
+        output_to_nchw(y, stage.layout),
+        reference(x, f),
+        atol=tolerance(p),
+        rtol=1e-5,
+        name=f"{stage.name} on {p.n}x{p.c}x{p.h}x{p.w} -> {p.k}",
+    )

@@ -5,9 +5,10 @@ is not a compile-time constant but the grid's z extent. HALO TILE's blocks tile 
 
 Compiled (NVRTC) on any machine; launched through CuPy on a GPU only.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -28,15 +29,15 @@ DEFAULTS = {
     "SPLIT-K": dict(BM=128, BN=64, BKC=8, SPLIT=3),
     "HALO TILE": dict(TH=16, TW=16, BN=64, BKC=16),
 }
-RUNTIME_KEYS = ("SPLIT",)   # tile keys that change the launch, not the compiled code
+RUNTIME_KEYS = ("SPLIT",)  # tile keys that change the launch, not the compiled code
 
 
 def options(tile: dict) -> tuple:
     return tuple(f"-D{key}={value}" for key, value in sorted(tile.items()) if key not in RUNTIME_KEYS)
 
 
-SMEM_PER_BLOCK = 227 * 1024   # the most shared memory one block may opt in to on sm_90 (sm_80: 163 KB)
-MIN_CC = {"HALO TILE": 80}    # cp.async, from sm_80 on
+SMEM_PER_BLOCK = 227 * 1024  # the most shared memory one block may opt in to on sm_90 (sm_80: 163 KB)
+MIN_CC = {"HALO TILE": 80}  # cp.async, from sm_80 on
 
 
 def dynamic_smem_bytes(name: str, tile: dict) -> int:
@@ -63,7 +64,7 @@ def geometry(name: str, tile: dict, p: Problem) -> tuple[tuple, tuple]:
     if name == "HALO TILE":
         tiles = p.n * -(-p.h // tile["TH"]) * -(-p.w // tile["TW"])
         return (tiles, -(-p.k // bn), 1), (bn // 8 * bm // 8, 1, 1)
-    block = (bn, tile["BY"], 1) if name == "VECTORIZE & UNROLL" else (bn // 8, bm // 8, 1)   # else 8 x 8 per thread
+    block = (bn, tile["BY"], 1) if name == "VECTORIZE & UNROLL" else (bn // 8, bm // 8, 1)  # else 8 x 8 per thread
     return ((p.pixels + bm - 1) // bm, (p.k + bn - 1) // bn, tile.get("SPLIT", 1)), block
 
 
@@ -81,17 +82,20 @@ def check_tile(name: str, tile: dict) -> None:
         raise ValueError(f"{name}: tile must set exactly {sorted(DEFAULTS[name])}, got {sorted(tile)}")
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in tile.values()):
         raise ValueError(f"{name}: tile sizes must be positive integers, got {tile}")
-    if tile.get("SPLIT", 1) > 64:   # the project's cap; the grid's z extent would allow 65535
+    if tile.get("SPLIT", 1) > 64:  # the project's cap; the grid's z extent would allow 65535
         raise ValueError(f"{name}: SPLIT must be at most 64, got {tile['SPLIT']}")
     if name == "HALO TILE":
         if tile["TW"] % 8:
             raise ValueError(f"{name}: TW must be a multiple of 8 (a thread owns 8 columns), got {tile}")
         if dynamic_smem_bytes(name, tile) > SMEM_PER_BLOCK:
-            raise ValueError(f"{name}: the tile needs {dynamic_smem_bytes(name, tile)} bytes of shared memory, "
-                             f"more than the {SMEM_PER_BLOCK} one block may use: {tile}")
+            raise ValueError(
+                f"{name}: the tile needs {dynamic_smem_bytes(name, tile)} bytes of shared memory, "
+                f"more than the {SMEM_PER_BLOCK} one block may use: {tile}"
+            )
     if tile["BKC"] % 4 or tile["BN"] % (4 if name == "VECTORIZE & UNROLL" else 16):
-        raise ValueError(f"{name}: BKC must be a multiple of 4 and BN of "
-                         f"{4 if name == 'VECTORIZE & UNROLL' else 16}, got {tile}")
+        raise ValueError(
+            f"{name}: BKC must be a multiple of 4 and BN of {4 if name == 'VECTORIZE & UNROLL' else 16}, got {tile}"
+        )
     if name == "VECTORIZE & UNROLL":
         threads = tile["BY"] * tile["BN"]
         if tile["TM"] % 4:
@@ -114,16 +118,18 @@ def unsupported(name: str, tile: dict, props: dict) -> str | None:
         return f"{name} needs sm_{MIN_CC[name]} or newer (cp.async); this GPU is sm_{cc}"
     smem = dynamic_smem_bytes(name, tile)
     if smem > props["smem_per_block_optin_bytes"]:
-        return (f"{name} with tile {tile} needs {smem / 1024:.0f} KB of shared memory per block; this GPU "
-                f"allows {props['smem_per_block_optin_bytes'] / 1024:.0f} KB")
+        return (
+            f"{name} with tile {tile} needs {smem / 1024:.0f} KB of shared memory per block; this GPU "
+            f"allows {props['smem_per_block_optin_bytes'] / 1024:.0f} KB"
+        )
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kernel(name: str, opts: tuple, smem: int = 0):
     path, kernel = FILES[name]
     k = cuda_cpp.load(path, kernel, options=opts)
-    if smem > 48 * 1024:   # beyond 48 KB a kernel must opt in to dynamic shared memory
+    if smem > 48 * 1024:  # beyond 48 KB a kernel must opt in to dynamic shared memory
         k.max_dynamic_shared_size_bytes = smem
     return k
 
@@ -140,21 +146,23 @@ def stage(name: str, tile: dict | None = None) -> Stage:
     check_name(name)
     tile = tile or DEFAULTS[name]
     check_tile(name, tile)
-    tile = dict(tile)   # a copy: the launch must not see later changes to the caller's dict
+    tile = dict(tile)  # a copy: the launch must not see later changes to the caller's dict
     opts = options(tile)
     smem = dynamic_smem_bytes(name, tile)
 
     def launch(x, f, y, p):
         if why := unsupported(name, tile, device.properties()):
-            raise RuntimeError(why)   # rather than the compiler's or the driver's error
+            raise RuntimeError(why)  # rather than the compiler's or the driver's error
         import cupy
+
         grid, block = geometry(name, tile, p)
         # CuPy views, not copies, of any device array: the launch takes only CuPy's (validate accepts Numba's too)
         x, f, y = (cupy.asarray(a) for a in (x, f, y))
-        if grid[2] > 1:   # the slices add into y
+        if grid[2] > 1:  # the slices add into y
             y.fill(0)
-        _kernel(name, opts, smem)(grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))),
-                                  shared_mem=smem)
+        _kernel(name, opts, smem)(
+            grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))), shared_mem=smem
+        )
 
     return Stage(name, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options=tile)
 

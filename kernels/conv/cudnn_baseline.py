@@ -6,6 +6,7 @@ offers different FP32 plans for the two layouts, so the chapter times both -- NH
 filters and NCHW with KCRS -- and the faster is the baseline. Optional: needs the
 nvidia-cudnn-frontend and nvidia-cudnn wheels (requirements-gpu.txt) and a GPU.
 """
+
 from __future__ import annotations
 
 from ..harness import cudnn_conv, device
@@ -35,6 +36,7 @@ class CudnnConv(cudnn_conv.ConvFprop):
         """Input and filters, given NCHW / KCRS (as ``common.random_inputs`` makes them), on the GPU as
         this graph reads them: unchanged for "nchw", NHWC / KRSC for "nhwc"."""
         import cupy
+
         x, f = cupy.asarray(x_nchw), cupy.asarray(f_kcrs)
         if self.layout == "nhwc":
             x, f = x.transpose(0, 2, 3, 1), f.transpose(0, 2, 3, 1)

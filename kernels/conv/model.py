@@ -7,6 +7,7 @@ GPU's sm_90 without one): NVRTC for the CUDA C++ stages (works on any machine) a
 through ptxas for the Numba stages (needs real ``numba.cuda``, so not in the simulator).
 ``harness.sass`` turns a cubin into text (nvdisasm or cuobjdump).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,8 @@ import functools
 import math
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -34,17 +35,31 @@ NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_ker
 # Nsight Compute metrics the chapter records beside perfmodel.NCU_METRICS (scripts/conv_counts.py --ncu) and
 # reads: two checks of the model's assumptions; for reading the misses, where the instructions went and
 # why the schedulers' warps waited.
-NCU_CHECKS = {"L1 hit %": "l1tex__t_sector_hit_rate.pct",            # model.l1_hit_rate
-              "busiest SM's blocks": "sm__ctas_launched.max"}        # where the last wave went
-NCU_PIPES = {"issue %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
-             "LSU": "sm__inst_executed_pipe_lsu.sum", "ADU": "sm__inst_executed_pipe_adu.sum",
-             "ALU %": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
-             "FMA-heavy %": "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active"}
-NCU_STALLS = {label: perfmodel.ncu_stall_metric(reason) for label, reason in (   # why warps did not issue
-    ("math pipe busy", "math_pipe_throttle"), ("dispatch", "dispatch_stall"), ("ALU/FMA latency", "wait"),
-    ("shared load latency", "short_scoreboard"), ("memory latency", "long_scoreboard"), ("barrier", "barrier"),
-    ("global load queue full", "lg_throttle"), ("shared load queue full", "mio_throttle"),
-    ("ready, not picked", "not_selected"))}
+NCU_CHECKS = {
+    "L1 hit %": "l1tex__t_sector_hit_rate.pct",  # model.l1_hit_rate
+    "busiest SM's blocks": "sm__ctas_launched.max",
+}  # where the last wave went
+NCU_PIPES = {
+    "issue %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "LSU": "sm__inst_executed_pipe_lsu.sum",
+    "ADU": "sm__inst_executed_pipe_adu.sum",
+    "ALU %": "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active",
+    "FMA-heavy %": "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active",
+}
+NCU_STALLS = {
+    label: perfmodel.ncu_stall_metric(reason)
+    for label, reason in (  # why warps did not issue
+        ("math pipe busy", "math_pipe_throttle"),
+        ("dispatch", "dispatch_stall"),
+        ("ALU/FMA latency", "wait"),
+        ("shared load latency", "short_scoreboard"),
+        ("memory latency", "long_scoreboard"),
+        ("barrier", "barrier"),
+        ("global load queue full", "lg_throttle"),
+        ("shared load queue full", "mio_throttle"),
+        ("ready, not picked", "not_selected"),
+    )
+}
 
 
 def _ptxas() -> str:
@@ -62,7 +77,9 @@ def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:
     if device.MODE == device.SIM:
         raise RuntimeError("Numba's PTX needs the real numba.cuda; the simulator cannot compile kernels")
     import importlib
+
     from numba import cuda
+
     module_name, attr = NUMBA_KERNELS[stage]
     module = importlib.import_module(f"kernels.conv.{module_name}")
     kernel = getattr(module, attr) if attr else module.make_kernel(**module.GPU_TILE)
@@ -71,8 +88,12 @@ def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:
     ptx, _ = cuda.compile_ptx(kernel.py_func, f"(float32[:,:,:,::1], float32[:,:,:,::1], {y})", cc=cc)
     with tempfile.TemporaryDirectory() as d:
         Path(d, "k.ptx").write_text(ptx)
-        out = subprocess.run([_ptxas(), f"-arch={arch}", "-v", "-o", f"{d}/k.cubin", f"{d}/k.ptx"],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [_ptxas(), f"-arch={arch}", "-v", "-o", f"{d}/k.cubin", f"{d}/k.ptx"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
 
 
@@ -119,23 +140,23 @@ def trips(stage: str, p: Problem, tile: dict | None, n_loops: int) -> list[float
     the compiled loops are not the ones the source suggests (then use ncu counts instead). SHARED is
     such a case: LLVM versions its strided copy loops, so which copy runs how often is not static."""
     if stage in ("NAIVE", "COALESCING") and n_loops == 1:
-        return [p.c]                              # the c loop; r and s are unrolled
+        return [p.c]  # the c loop; r and s are unrolled
     if stage == "BLOCK TILING" and n_loops == 2:
-        return [p.c, 3]                           # c, then r; s and the TP pixels are unrolled
+        return [p.c, 3]  # c, then r; s and the TP pixels are unrolled
     if stage == "HALO TILE":
         bkc = (tile or cuda_stages.DEFAULTS[stage])["BKC"]
         if n_loops == 2:
-            return [math.ceil(p.c / bkc), bkc // 4]   # channel chunks, groups of 4 channels; taps unrolled
+            return [math.ceil(p.c / bkc), bkc // 4]  # channel chunks, groups of 4 channels; taps unrolled
         if n_loops == 1:
-            return [math.ceil(p.c / bkc)]             # BKC = 4: the group loop has one trip and is gone
+            return [math.ceil(p.c / bkc)]  # BKC = 4: the group loop has one trip and is gone
     if stage in cuda_stages.FILES or stage == "AUTOTUNE":
         name = cuda_stage(stage)
         tile = tile or cuda_stages.DEFAULTS[name]
         chunks = math.ceil(p.c / tile["BKC"])
         if n_loops == 2:
-            return [9, chunks]                    # taps, channel chunks
+            return [9, chunks]  # taps, channel chunks
         if n_loops == 1:
-            return [9 * chunks / tile.get("SPLIT", 1)]   # one flattened step loop (per slice, on average)
+            return [9 * chunks / tile.get("SPLIT", 1)]  # one flattened step loop (per slice, on average)
     return None
 
 
@@ -221,18 +242,28 @@ def tap_reuse(p: Problem, bm: int, split: int = 1) -> float:
     return 1.0 - len(np.unique(keys)) / len(keys)
 
 
-def resident_blocks(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-                    props: dict | None = None) -> int:
+def resident_blocks(
+    stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None, props: dict | None = None
+) -> int:
     """Blocks of the stage's launch that fit on one SM at once (at least 1)."""
     props = props or device.properties()
     threads = launch_shape(stage, p, tile)[1]
-    return max(1, perfmodel.blocks_per_sm(threads, max(resources.registers, 1), resources.smem_bytes,
-                                          max_threads=props["max_threads_per_sm"], regs_per_sm=props["regs_per_sm"],
-                                          smem_per_sm=props["smem_per_sm_bytes"]))
+    return max(
+        1,
+        perfmodel.blocks_per_sm(
+            threads,
+            max(resources.registers, 1),
+            resources.smem_bytes,
+            max_threads=props["max_threads_per_sm"],
+            regs_per_sm=props["regs_per_sm"],
+            smem_per_sm=props["smem_per_sm_bytes"],
+        ),
+    )
 
 
-def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-                props: dict | None = None) -> float:
+def l1_hit_rate(
+    stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None, props: dict | None = None
+) -> float:
     """Predicted fraction of a tiled stage's global load sectors that hit L1 (to check against ncu's
     l1tex__t_sector_hit_rate).
 
@@ -256,9 +287,16 @@ def l1_hit_rate(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dic
     return tap_reuse(p, bm, t.get("SPLIT", 1)) * bm / (bm + bn)
 
 
-def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies,
-                       tile: dict | None = None, sass: str | None = None, l1_hit: float = 0.0,
-                       slots=perfmodel.taking_turns):
+def latency_efficiency(
+    stage: str,
+    p: Problem,
+    w: perfmodel.Weights,
+    lat: perfmodel.Latencies,
+    tile: dict | None = None,
+    sass: str | None = None,
+    l1_hit: float = 0.0,
+    slots=perfmodel.taking_turns,
+):
     """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps of
     this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp (the
     model's E weights, charged by ``slots``: E's rule by default) against the cycles
@@ -273,11 +311,13 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
     t = trips(stage, p, tile, len(loops))
     if t is None:
         return None
-    body = perfmodel.expand_loop(instructions, hot_loop(instructions), {lp.start: n for lp, n in zip(loops, t)})
+    body = perfmodel.expand_loop(
+        instructions, hot_loop(instructions), {lp.start: n for lp, n in zip(loops, t, strict=True)}
+    )
     if not 0 <= l1_hit <= 1:
         raise ValueError(f"l1_hit must be in [0, 1], got {l1_hit}")
     if not any(i.base == "BAR" for i in body):
-        lat = dataclasses.replace(lat, global_=lat.l1)   # no tiles: loads re-read lines L1 holds
+        lat = dataclasses.replace(lat, global_=lat.l1)  # no tiles: loads re-read lines L1 holds
     else:
         lat = dataclasses.replace(lat, global_=l1_hit * lat.l1 + (1 - l1_hit) * (lat.l2_far or lat.global_))
     per_class = {"fp32": 0, "ldst": 0, "other": 0}
@@ -285,7 +325,7 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
         per_class[perfmodel.classify(ins.opcode, ins.predicate)] += 1
     issue = slots(perfmodel.Counts(**per_class), w)
     warps_per_block = math.ceil(launch_shape(stage, p, tile)[1] / 32)
-    per_scheduler = max(1, warps_per_block // 4)     # a block's warps on one scheduler (barrier partners)
+    per_scheduler = max(1, warps_per_block // 4)  # a block's warps on one scheduler (barrier partners)
     cache: dict[int, float] = {}
 
     def efficiency(warps: int) -> float:
@@ -301,15 +341,23 @@ def latency_efficiency(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmo
 @dataclasses.dataclass(frozen=True)
 class Waves:
     """How a stage's launch goes out in waves of blocks."""
+
     blocks: int
     warps_per_block: int
-    resident: int              # blocks that fit on one SM at once
-    tail: int | None           # the last wave's blocks on the busiest SM, where a profiler placed them
-    per_sm: list[int]          # blocks the busiest SM runs in each wave (perfmodel.wave_blocks)
+    resident: int  # blocks that fit on one SM at once
+    tail: int | None  # the last wave's blocks on the busiest SM, where a profiler placed them
+    per_sm: list[int]  # blocks the busiest SM runs in each wave (perfmodel.wave_blocks)
 
 
-def waves(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None, props: dict | None = None,
-          efficiency=None, busiest_sm_blocks: int | None = None) -> Waves:
+def waves(
+    stage: str,
+    p: Problem,
+    resources: cuda_cpp.Resources,
+    tile: dict | None = None,
+    props: dict | None = None,
+    efficiency=None,
+    busiest_sm_blocks: int | None = None,
+) -> Waves:
     """The launch's waves; ``busiest_sm_blocks``: the most blocks one SM ran over the launch, where a
     profiler counted it (ncu's sm__ctas_launched.max), to charge the last partial wave as it was placed
     rather than by ``perfmodel.wave_blocks``' rule. Waves can charge a tail of one to ``resident``
@@ -323,17 +371,30 @@ def waves(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | No
     if busiest_sm_blocks is not None and cluster:
         tail = min(max(busiest_sm_blocks - full * resident, spread), cluster)
     warps = math.ceil(threads / 32)
-    return Waves(blocks, warps, resident, tail, perfmodel.wave_blocks(blocks, props["sms"], warps, resident,
-                                                                      efficiency=efficiency, tail_per_sm=tail))
+    return Waves(
+        blocks,
+        warps,
+        resident,
+        tail,
+        perfmodel.wave_blocks(blocks, props["sms"], warps, resident, efficiency=efficiency, tail_per_sm=tail),
+    )
 
 
 def _occupancy(wv: Waves, sms: int, efficiency) -> float:
-    return perfmodel.occupancy_ratio(wv.blocks, sms, wv.warps_per_block, wv.resident, efficiency=efficiency,
-                                     tail_per_sm=wv.tail)
+    return perfmodel.occupancy_ratio(
+        wv.blocks, sms, wv.warps_per_block, wv.resident, efficiency=efficiency, tail_per_sm=wv.tail
+    )
 
 
-def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict | None = None,
-              props: dict | None = None, efficiency=None, busiest_sm_blocks: int | None = None) -> float:
+def occupancy(
+    stage: str,
+    p: Problem,
+    resources: cuda_cpp.Resources,
+    tile: dict | None = None,
+    props: dict | None = None,
+    efficiency=None,
+    busiest_sm_blocks: int | None = None,
+) -> float:
     """``perfmodel.occupancy_ratio`` of the stage's ``waves``."""
     props = props or device.properties()
     return _occupancy(waves(stage, p, resources, tile, props, efficiency, busiest_sm_blocks), props["sms"], efficiency)
@@ -342,23 +403,35 @@ def occupancy(stage: str, p: Problem, resources: cuda_cpp.Resources, tile: dict 
 @dataclasses.dataclass(frozen=True)
 class StagePrediction:
     """The model's prediction for one launch, with the inputs it was made from."""
+
     prediction: perfmodel.Prediction
     counts: perfmodel.Counts
-    counted_from: str          # "SASS", or "given" (counts passed in: ncu's, where the loops are not understood)
+    counted_from: str  # "SASS", or "given" (counts passed in: ncu's, where the loops are not understood)
     tile: dict | None
     resources: cuda_cpp.Resources
-    l1_hit: float              # l1_hit_rate
-    efficiency: object         # the latency term's efficiency(W); None where the loops are not understood
+    l1_hit: float  # l1_hit_rate
+    efficiency: object  # the latency term's efficiency(W); None where the loops are not understood
     waves: Waves
     # place(busiest_sm_blocks): the same prediction with the last wave charged where a profiler counted
     # it (see ``waves``), without compiling or simulating again
-    place: Callable[[int | None], "StagePrediction"] = dataclasses.field(repr=False, compare=False)
+    place: Callable[[int | None], StagePrediction] = dataclasses.field(repr=False, compare=False)
 
 
-def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latencies, *, fma_gflops: float,
-            copy_gbps: float, wavefront_rate: float, tile: dict | None = None, props: dict | None = None,
-            counts: perfmodel.Counts | None = None, busiest_sm_blocks: int | None = None,
-            slots=perfmodel.taking_turns) -> StagePrediction | None:
+def predict(
+    stage: str,
+    p: Problem,
+    w: perfmodel.Weights,
+    lat: perfmodel.Latencies,
+    *,
+    fma_gflops: float,
+    copy_gbps: float,
+    wavefront_rate: float,
+    tile: dict | None = None,
+    props: dict | None = None,
+    counts: perfmodel.Counts | None = None,
+    busiest_sm_blocks: int | None = None,
+    slots=perfmodel.taking_turns,
+) -> StagePrediction | None:
     """Everything the chapter's model says about ``stage`` on ``p``: SASS counts (``counts`` where the
     SASS loops are not understood; None if there are neither), the L1 hit rate and the latency term,
     the occupancy ratio of the launch's waves, and ``perfmodel.predict`` with the L1 wavefront bound
@@ -377,10 +450,19 @@ def predict(stage: str, p: Problem, w: perfmodel.Weights, lat: perfmodel.Latenci
 
     def place(busiest: int | None) -> StagePrediction:
         wv = waves(stage, p, res, tile, props, eff, busiest)
-        pr = perfmodel.predict(p.flops, c, w, peak_gflops=fma_gflops, occupancy=_occupancy(wv, props["sms"], eff),
-                               fp32_flops=64, wavefronts=l1_wavefronts(stage, p), wavefront_rate=wavefront_rate,
-                               epilogue_bytes=epilogue_bytes(stage, p, tile), bandwidth_gbps=copy_gbps,
-                               slots=slots)
+        pr = perfmodel.predict(
+            p.flops,
+            c,
+            w,
+            peak_gflops=fma_gflops,
+            occupancy=_occupancy(wv, props["sms"], eff),
+            fp32_flops=64,
+            wavefronts=l1_wavefronts(stage, p),
+            wavefront_rate=wavefront_rate,
+            epilogue_bytes=epilogue_bytes(stage, p, tile),
+            bandwidth_gbps=copy_gbps,
+            slots=slots,
+        )
         return StagePrediction(pr, c, counted_from, tile, res, hit, eff, wv, place)
 
     return place(busiest_sm_blocks)
@@ -392,17 +474,25 @@ def measure_latencies() -> perfmodel.Latencies:
     working set and the L2 in one of 3/4 of its size (L1 skipped; the probes chapter's pointer chases)."""
     import cupy
     import numpy as np
+
     from ..probes import memory
+
     iters = 1024
     probe = cuda_cpp.load("conv/rates.cu", "latency_probe")
     cycles = cupy.zeros(3, dtype=cupy.int64)
     sink = cupy.zeros(128, dtype=cupy.float32)
-    for _ in range(2):   # the first launch warms the instruction cache
+    for _ in range(2):  # the first launch warms the instruction cache
         probe((1,), (128,), (cycles, sink, np.int32(iters), np.float32(0.999), np.float32(0.001)))
     alu, shared, barrier = (float(c) / (iters * 16) for c in cycles.get())
     hits = {r["metric"]: float(r["value"]) for r in memory.run_hit_latencies()}
-    return perfmodel.Latencies(alu=alu, shared=shared, global_=hits["L2 hit latency"], barrier=barrier,
-                               l1=hits["L1 hit latency"], l2_far=hits["L2 far latency"])
+    return perfmodel.Latencies(
+        alu=alu,
+        shared=shared,
+        global_=hits["L2 hit latency"],
+        barrier=barrier,
+        l1=hits["L1 hit latency"],
+        l2_far=hits["L2 far latency"],
+    )
 
 
 def _probe_launch() -> tuple[int, int, int]:
@@ -414,7 +504,9 @@ def measure_rates(repeat: int = 20) -> dict:
     """Instruction rates on this GPU in warp instructions per second: FP32 (FFMA), integer, LDS.32 (the
     model's load/store rate) and, to check that one weight serves global loads too, LDG.32 hitting L1."""
     import cupy
+
     from ..harness import ceilings, timing
+
     blocks, threads, iters = _probe_launch()
     out = cupy.empty(blocks * threads, dtype=cupy.int32)
 
@@ -426,21 +518,22 @@ def measure_rates(repeat: int = 20) -> dict:
         return blocks * threads / 32 * iters * per_iteration / (t.median_ms * 1e-3)
 
     step = (cupy.int32(iters), cupy.int32(32))
-    other = rate("iadd_rate", (out, cupy.int32(iters), cupy.int32(3), cupy.int32(5)), 8 * 2)   # (add, xor) x 8 chains
+    other = rate("iadd_rate", (out, cupy.int32(iters), cupy.int32(3), cupy.int32(5)), 8 * 2)  # (add, xor) x 8 chains
     ldst = rate("lds_rate", (out, *step), 8)
     global_ld = rate("ldg_rate", (cupy.arange(4096, dtype=cupy.int32), out, *step), 8)
-    fp32 = ceilings.measure_fma() * 1e9 / 2 / 32                                 # FLOP/s -> FFMA warp instr/s
+    fp32 = ceilings.measure_fma() * 1e9 / 2 / 32  # FLOP/s -> FFMA warp instr/s
     return {"fp32": fp32, "ldst": ldst, "other": other, "ldg": global_ld}
 
 
-MIX_LOADS = (0, 2, 4, 8, 16)   # loads per iteration of conv/rates.cu's mix_rate, beside 8 (add, xor) chains
+MIX_LOADS = (0, 2, 4, 8, 16)  # loads per iteration of conv/rates.cu's mix_rate, beside 8 (add, xor) chains
 
 
 def mix_counts(loads: int, arch: str | None = None) -> perfmodel.Counts:
     """SASS counts of one iteration of the mix_rate loop with ``loads`` loads (compiled for ``arch``,
     ``device.target_arch()``), where the loop's body is one iteration."""
-    text = sass.disassemble_text(cuda_cpp.compile_cubin("conv/rates.cu", arch or device.target_arch(),
-                                                        (f"-DMIX_LOADS={loads}",)).cubin)
+    text = sass.disassemble_text(
+        cuda_cpp.compile_cubin("conv/rates.cu", arch or device.target_arch(), (f"-DMIX_LOADS={loads}",)).cubin
+    )
     instructions = perfmodel.parse_sass(text, "mix_rate")
     (loop,) = perfmodel.find_loops(instructions)
     return perfmodel.static_counts(instructions, loop.start, loop.end)
@@ -458,20 +551,24 @@ def measure_mix(rates: dict, loads: tuple = MIX_LOADS, repeat: int = 20) -> list
     (``measure_rates``), beside its instruction count and ``mix_slots`` of its SASS counts with the
     weights of ``rates``. Rows for ``results.record``: kernel "mix", problem "<n> loads"."""
     import cupy
+
     from ..harness import timing
+
     w = perfmodel.weights(rates["fp32"], rates["ldst"], rates["other"])
     blocks, threads, iters = _probe_launch()
-    words = cupy.arange(8192, dtype=cupy.int32)    # 32 KB: stays in L1
+    words = cupy.arange(8192, dtype=cupy.int32)  # 32 KB: stays in L1
     out = cupy.empty(blocks * threads, dtype=cupy.int32)
     rows = []
     for n in loads:
         # the cubin whose SASS mix_counts reads (compile_cubin caches it): the counts are the timed code's
         k = cuda_cpp.load("conv/rates.cu", "mix_rate", (f"-DMIX_LOADS={n}",), arch=device.target_arch())
         args = (words, out, cupy.int32(iters), cupy.int32(32), cupy.int32(3), cupy.int32(5))
-        t = timing.benchmark(lambda: k((blocks,), (threads,), args), repeat=repeat)
+        t = timing.benchmark(lambda k=k, args=args: k((blocks,), (threads,), args), repeat=repeat)
         c = mix_counts(n)
-        measured = t.median_ms * 1e-3 * rates["fp32"] / (blocks * threads / 32 * iters)   # FFMA slots per warp
+        measured = t.median_ms * 1e-3 * rates["fp32"] / (blocks * threads / 32 * iters)  # FFMA slots per warp
         slots = {"instructions": c.total, "measured": measured, **mix_slots(c, w)}
-        rows += [{"kernel": "mix", "problem": f"{n} loads", "metric": m, "value": v, "unit": "slots"}
-                 for m, v in slots.items()]
+        rows += [
+            {"kernel": "mix", "problem": f"{n} loads", "metric": m, "value": v, "unit": "slots"}
+            for m, v in slots.items()
+        ]
     return rows

@@ -2,6 +2,7 @@
 
 The baseline every GPU stage is measured against; it reads NCHW so its inner loop walks a row.
 """
+
 import numpy as np
 from numba import njit, prange
 

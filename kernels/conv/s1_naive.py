@@ -5,11 +5,12 @@ a warp computes a different output channel of the same pixel: all lanes busy eve
 14-pixel rows. But in NCHW neighbouring output channels lie H*W words apart in y and C*9 words
 apart in f, so each warp-wide load of f and store of y touches 32 separate cache lines.
 """
+
 from numba import cuda, float32
 
 from .common import Stage
 
-THREADS = 256   # threads per block
+THREADS = 256  # threads per block
 
 
 @cuda.jit

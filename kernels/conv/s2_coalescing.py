@@ -4,11 +4,12 @@ Output channels are now innermost in y and in f (f is (3, 3, C, K)), so the 32 l
 read 32 neighbouring filter words and write 32 neighbouring outputs: one or two cache lines per
 warp-wide access instead of 32. The input value is the same for all lanes (a broadcast).
 """
+
 from numba import cuda, float32
 
 from .common import Stage
 
-THREADS = 256   # threads per block
+THREADS = 256  # threads per block
 
 
 @cuda.jit

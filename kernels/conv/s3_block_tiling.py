@@ -4,11 +4,12 @@ COALESCING loads one filter word and one input word per FMA. Here the filter wor
 and used for TP pixels held in registers, so loads per FMA drop from 2 to (1 + TP) / TP, and the
 index arithmetic for (image, row) is done once per TP outputs.
 """
+
 from numba import cuda, float32
 
 from .common import Stage
 
-THREADS = 256   # threads per block
+THREADS = 256  # threads per block
 TP = 4  # pixels per thread, along a row; a compile-time constant so the accumulators stay in registers
 
 

@@ -6,19 +6,20 @@ the block copies the input values it needs (BM x BKC) and the filter chunk (BKC 
 memory once; then every thread reuses them from there for its TM pixels. Global loads per FMA fall
 by the tile sizes; the loads are still one word each, with the index arithmetic of the gather.
 """
-from functools import lru_cache
+
+from functools import cache
 
 from numba import cuda, float32
 
 from ..harness import check
 from .common import Stage
 
-GPU_TILE = dict(by=8, bn=32, tm=8, bkc=16)   # 256 threads, 64 x 32 outputs per block
-SIM_TILE = dict(by=2, bn=4, tm=2, bkc=2)     # 8 threads: the simulator runs each as a Python thread
-STATIC_SMEM = 48 * 1024                      # bytes of cuda.shared.array one block may declare
+GPU_TILE = dict(by=8, bn=32, tm=8, bkc=16)  # 256 threads, 64 x 32 outputs per block
+SIM_TILE = dict(by=2, bn=4, tm=2, bkc=2)  # 8 threads: the simulator runs each as a Python thread
+STATIC_SMEM = 48 * 1024  # bytes of cuda.shared.array one block may declare
 
 
-@lru_cache(maxsize=None)
+@cache
 def make_kernel(by: int, bn: int, tm: int, bkc: int):
     """The kernel for one tile shape: blocks of (bn, by) threads, each thread tm pixels x 1 channel."""
     bm, threads = by * tm, by * bn
@@ -78,8 +79,10 @@ def stage(by: int, bn: int, tm: int, bkc: int) -> Stage:
     check.block_shape((bn, by))
     smem = 4 * bkc * (by * tm + bn)
     if smem > STATIC_SMEM:
-        raise ValueError(f"the tiles need 4 * bkc * (by * tm + bn) = {smem} bytes of shared memory; a block's "
-                         f"static shared memory is at most {STATIC_SMEM}")
+        raise ValueError(
+            f"the tiles need 4 * bkc * (by * tm + bn) = {smem} bytes of shared memory; a block's "
+            f"static shared memory is at most {STATIC_SMEM}"
+        )
     kernel = make_kernel(by, bn, tm, bkc)
 
     def launch(x, f, y, p):

@@ -5,6 +5,7 @@ only 3136 pixels, so 128 x 64 tiles give 200 blocks for 132 SMs, and splitting t
 blocks back at the price of atomics. The best trade-off depends on the problem and the GPU, so we
 measure instead of guessing (the source's suggested next step). SPLIT = 1 is DOUBLE BUFFER.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,5 +55,6 @@ def tune(x, f, y, p: Problem, tiles: list[dict] | None = None, repeat: int = 10)
 def stage(tile: dict):
     """The tuned stage: SPLIT-K compiled with ``tile``, under its own name."""
     s = cuda_stages.stage(NAME, tile)
-    return type(s)("AUTOTUNE", s.layout, s.launch, c_multiple=s.c_multiple, k_multiple=s.k_multiple,
-                   needs_gpu=True, options=tile)
+    return type(s)(
+        "AUTOTUNE", s.layout, s.launch, c_multiple=s.c_multiple, k_multiple=s.k_multiple, needs_gpu=True, options=tile
+    )

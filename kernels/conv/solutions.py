@@ -3,8 +3,10 @@
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
 The student edition leaves this file out (scripts/student_edition.py).
 """
-from kernels.harness.exercise import attach  # first: the harness picks the simulator
+
 from numba import cuda, float32
+
+from kernels.harness.exercise import attach  # first: the harness picks the simulator
 
 from .s2_coalescing import conv_coalescing  # the published solution is the stage itself
 
@@ -13,6 +15,7 @@ THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 
 # --- conv-ex-coalescing: NAIVE's threads and loops, the data in NHWC ------------------------------
 # launch(y, x, f): x (N, H, W, C), f (3, 3, C, K), y (N, H, W, K).
+
 
 def launch_coalescing(y, x, f):
     conv_coalescing[(y.size + THREADS - 1) // THREADS, THREADS](x, f, y)
@@ -76,7 +79,12 @@ def launch_coalescing_row_off_by_one(y, x, f):
     conv_coalescing_row_off_by_one[(y.size + THREADS - 1) // THREADS, THREADS](x, f, y)
 
 
-attach("conv-ex-coalescing", solution=launch_coalescing,
-       wrong={"grid rounded down": (launch_coalescing_grid_rounded_down, "never written"),
-              "no bounds check": (launch_coalescing_unguarded, "outside an array"),
-              "row index off by one": (launch_coalescing_row_off_by_one, "shifted by -1 along axis 1")})
+attach(
+    "conv-ex-coalescing",
+    solution=launch_coalescing,
+    wrong={
+        "grid rounded down": (launch_coalescing_grid_rounded_down, "never written"),
+        "no bounds check": (launch_coalescing_unguarded, "outside an array"),
+        "row index off by one": (launch_coalescing_row_off_by_one, "shifted by -1 along axis 1"),
+    },
+)

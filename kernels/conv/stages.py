@@ -1,22 +1,47 @@
 """All stages in order, as the notebook, the tests and scripts/conv_counts.py list them."""
+
 from __future__ import annotations
 
 from ..harness import device
 from . import cuda_stages, s0_seq, s1_naive, s2_coalescing, s3_block_tiling, s4_shared
 from .common import Stage
 
-GPU_STAGES = ("NAIVE", "COALESCING", "BLOCK TILING", "SHARED", "VECTORIZE & UNROLL", "REGISTER TILING",
-              "DOUBLE BUFFER", "SPLIT-K", "HALO TILE")
-FILES = {"SEQ": "conv/s0_seq.py", "NAIVE": "conv/s1_naive.py", "COALESCING": "conv/s2_coalescing.py",
-         "BLOCK TILING": "conv/s3_block_tiling.py", "SHARED": "conv/s4_shared.py",
-         **{name: path for name, (path, _) in cuda_stages.FILES.items()}, "AUTOTUNE": "conv/s9_autotune.py"}
+GPU_STAGES = (
+    "NAIVE",
+    "COALESCING",
+    "BLOCK TILING",
+    "SHARED",
+    "VECTORIZE & UNROLL",
+    "REGISTER TILING",
+    "DOUBLE BUFFER",
+    "SPLIT-K",
+    "HALO TILE",
+)
+FILES = {
+    "SEQ": "conv/s0_seq.py",
+    "NAIVE": "conv/s1_naive.py",
+    "COALESCING": "conv/s2_coalescing.py",
+    "BLOCK TILING": "conv/s3_block_tiling.py",
+    "SHARED": "conv/s4_shared.py",
+    **{name: path for name, (path, _) in cuda_stages.FILES.items()},
+    "AUTOTUNE": "conv/s9_autotune.py",
+}
 
 
 def all_gpu(props: dict | None = None) -> list[Stage]:
     """The GPU stages with their full-size tiles (Numba ones also run in the simulator); with ``props``
     (device.properties() keys), only those that GPU can run."""
-    every = [s1_naive.STAGE, s2_coalescing.STAGE, s3_block_tiling.STAGE, s4_shared.STAGE,
-             cuda_stages.S5, cuda_stages.S6, cuda_stages.S7, cuda_stages.S8, cuda_stages.S10]
+    every = [
+        s1_naive.STAGE,
+        s2_coalescing.STAGE,
+        s3_block_tiling.STAGE,
+        s4_shared.STAGE,
+        cuda_stages.S5,
+        cuda_stages.S6,
+        cuda_stages.S7,
+        cuda_stages.S8,
+        cuda_stages.S10,
+    ]
     skipped = unsupported(props) if props is not None else {}
     return [s for s in every if s.name not in skipped]
 

@@ -20,9 +20,11 @@ line for the same time: lanes run in step, so the k-th access of each lane there
 directly, but Python 3.11 moves it as it specializes the code. A real GPU runs kernels as machine code, which no
 Python proxy sees: there only correctness is checked.
 """
+
 from __future__ import annotations
 
 import inspect
+import itertools
 import linecache
 import re
 import sys
@@ -33,13 +35,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SECTOR = 32   # bytes: what L2 and DRAM move for a global access
-WORD = 4      # bytes per shared-memory bank word
+SECTOR = 32  # bytes: what L2 and DRAM move for a global access
+WORD = 4  # bytes per shared-memory bank word
 BANKS = 32
 WARP = 32
 
 # What an exercise can expect of a correct kernel (Exercise.expect), and the limits that decide it.
-COALESCED = "coalesced"            # global sectors per warp access at most COALESCED_RATIO x the minimum
+COALESCED = "coalesced"  # global sectors per warp access at most COALESCED_RATIO x the minimum
 READ_ONCE = "each input read once"  # global reads per element read at most READ_ONCE_RATIO on average
 NO_BANK_CONFLICTS = "no bank conflicts"
 EXPECTATIONS = (COALESCED, READ_ONCE, NO_BANK_CONFLICTS)
@@ -53,24 +55,27 @@ READ_ONCE_RATIO = 1.5
 @dataclass(frozen=True)
 class Access:
     """One thread's access to one element. ``address`` counts bytes from the start of its array."""
-    space: str     # "global" or "shared"
-    array: str     # the kernel's name for it
-    origin: int    # the array's identity: its first byte in host memory
+
+    space: str  # "global" or "shared"
+    array: str  # the kernel's name for it
+    origin: int  # the array's identity: its first byte in host memory
     address: int
     size: int
     write: bool
     block: tuple
-    thread: int    # linear index within the block: x + blockDim.x * (y + blockDim.y * z)
-    site: tuple    # (code, line, how many times this thread has touched this array on that line)
-    barrier: int   # how many cuda.syncthreads() this thread has passed
+    thread: int  # linear index within the block: x + blockDim.x * (y + blockDim.y * z)
+    site: tuple  # (code, line, how many times this thread has touched this array on that line)
+    barrier: int  # how many cuda.syncthreads() this thread has passed
     atomic: bool
 
 
 # --- what one warp's access costs (pure arithmetic, the same on every machine) --------------------
 
+
 def _words(addresses, size: int, unit: int) -> set:
     """The ``unit``-byte pieces of memory that lanes touching ``size`` bytes at each of ``addresses`` cover."""
     from .check import nonnegative_int, positive_int
+
     positive_int(size, "size")
     if isinstance(addresses, (str, bytes)) or not hasattr(addresses, "__iter__"):
         raise TypeError(f"addresses: expected a sequence of byte addresses, one per lane, got {addresses!r}")
@@ -101,17 +106,18 @@ def min_bank_degree(addresses, size: int) -> int:
 
 # --- recording -------------------------------------------------------------------------------------
 
+
 def _index(ary: np.ndarray, idx) -> tuple | None:
     """``idx`` as one non-negative integer per dimension, or None where it selects more than one element."""
     idx = idx if isinstance(idx, tuple) else (idx,)
     if len(idx) != ary.ndim or not all(isinstance(i, (int, np.integer)) for i in idx):
         return None
-    return tuple(int(i) + (n if i < 0 else 0) for i, n in zip(idx, ary.shape))
+    return tuple(int(i) + (n if i < 0 else 0) for i, n in zip(idx, ary.shape, strict=True))
 
 
 def _proxy_class():
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
     from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
 
     class Recorded(FakeWithinKernelCUDAArray):
         """An array inside a simulated kernel that logs each element it reads or writes."""
@@ -131,10 +137,21 @@ def _proxy_class():
             place = (self._origin, frame.f_code, frame.f_lineno)
             visits[place] += 1
             start = ary.__array_interface__["data"][0] - self._origin
-            self._log.append(Access(
-                self._space, self._name, self._origin, start + int(np.dot(index, ary.strides)), ary.itemsize,
-                write, tuple(thread.blockIdx), thread.thread_id, (frame.f_code, frame.f_lineno, visits[place]),
-                thread.__dict__.get("_barriers", 0), frame.f_code.co_filename == kernelapi.__file__))
+            self._log.append(
+                Access(
+                    self._space,
+                    self._name,
+                    self._origin,
+                    start + int(np.dot(index, ary.strides)),
+                    ary.itemsize,
+                    write,
+                    tuple(thread.blockIdx),
+                    thread.thread_id,
+                    (frame.f_code, frame.f_lineno, visits[place]),
+                    thread.__dict__.get("_barriers", 0),
+                    frame.f_code.co_filename == kernelapi.__file__,
+                )
+            )
 
         def __getitem__(self, idx):
             value = self._item._ary[idx]
@@ -163,13 +180,18 @@ def recording():
     Shared arrays start filled with poison (NaN, or an integer type's maximum) instead of whatever
     memory held, so that reading an element no thread wrote shows in the result.
     """
-    from numba.cuda.simulator import kernel as simkernel, kernelapi
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator import kernelapi
+
     from .check import poison_value
 
     Recorded = _proxy_class()
     log: list[Access] = []
-    launch, shared_array, barrier = (simkernel.FakeCUDAKernel.__call__, kernelapi.FakeCUDAShared.array,
-                                     simkernel.BlockThread.syncthreads)
+    launch, shared_array, barrier = (
+        simkernel.FakeCUDAKernel.__call__,
+        kernelapi.FakeCUDAShared.array,
+        simkernel.BlockThread.syncthreads,
+    )
 
     def recorded_launch(kernel, *args):
         if kernel._device or simkernel._get_kernel_context() is not None:
@@ -218,16 +240,18 @@ def recording():
 
 # --- what the log adds up to -----------------------------------------------------------------------
 
+
 @dataclass
 class Traffic:
     """The warp accesses of one array in one direction (reads or writes)."""
+
     space: str
     array: str
     write: bool
-    requests: int = 0      # warp accesses
-    cost: int = 0          # global: sectors; shared: passes (bank_degree summed)
-    minimum: int = 0       # the same, had the lanes touched consecutive elements
-    worst: int = 0         # the largest cost of one request (shared: the conflict degree)
+    requests: int = 0  # warp accesses
+    cost: int = 0  # global: sectors; shared: passes (bank_degree summed)
+    minimum: int = 0  # the same, had the lanes touched consecutive elements
+    worst: int = 0  # the largest cost of one request (shared: the conflict degree)
     strides: Counter = field(default_factory=Counter)  # bytes between consecutive lanes' addresses
 
     @property
@@ -257,13 +281,16 @@ class Counts:
             lanes.sort(key=lambda a: a.thread)
             t = self.traffic.setdefault((space, origin, write), Traffic(space, lanes[0].array, write))
             addresses, size = [a.address for a in lanes], lanes[0].size
-            cost, least = ((sectors(addresses, size), min_sectors(addresses, size)) if space == "global" else
-                           (bank_degree(addresses, size), min_bank_degree(addresses, size)))
+            cost, least = (
+                (sectors(addresses, size), min_sectors(addresses, size))
+                if space == "global"
+                else (bank_degree(addresses, size), min_bank_degree(addresses, size))
+            )
             t.requests += 1
             t.cost += cost
             t.minimum += least
             t.worst = max(t.worst, cost)
-            t.strides.update(b.address - a.address for a, b in zip(lanes, lanes[1:]) if b.thread == a.thread + 1)
+            t.strides.update(b.address - a.address for a, b in itertools.pairwise(lanes) if b.thread == a.thread + 1)
 
     def reads_per_element(self) -> dict[str, tuple[int, int]]:
         """For each global array read: (reads, distinct elements read)."""
@@ -289,31 +316,45 @@ class Counts:
             if writers and len(threads) > 1:
                 w = writers[0]
                 other = min(threads - {w.thread})
-                found.append(f"thread {other} of block {block} and thread {w.thread} touch `{w.array}` (flat "
-                             f"element {address // w.size}) between the same two barriers, and thread {w.thread} "
-                             "writes it")
+                found.append(
+                    f"thread {other} of block {block} and thread {w.thread} touch `{w.array}` (flat "
+                    f"element {address // w.size}) between the same two barriers, and thread {w.thread} "
+                    "writes it"
+                )
         return found
 
     def rows(self) -> list[dict]:
         """A table row per array and direction: warp accesses, their cost and the minimum."""
-        return [{"array": t.array, "access": "write" if t.write else "read", "memory": t.space,
-                 "warp accesses": t.requests, "unit": "sectors" if t.space == "global" else "bank passes",
-                 "per warp access": t.cost / t.requests, "minimum": t.minimum / t.requests}
-                for t in self.traffic.values()]
+        return [
+            {
+                "array": t.array,
+                "access": "write" if t.write else "read",
+                "memory": t.space,
+                "warp accesses": t.requests,
+                "unit": "sectors" if t.space == "global" else "bank passes",
+                "per warp access": t.cost / t.requests,
+                "minimum": t.minimum / t.requests,
+            }
+            for t in self.traffic.values()
+        ]
 
 
 def count(launch, *args) -> Counts:
     """Run ``launch(*args)`` (which launches kernels) in the simulator and count its accesses."""
     from . import device
+
     if device.on_gpu():
-        raise RuntimeError("accesses.count: counting accesses needs the CUDA simulator (NUMBA_ENABLE_CUDASIM=1); "
-                           "a GPU runs machine code that Python cannot watch")
+        raise RuntimeError(
+            "accesses.count: counting accesses needs the CUDA simulator (NUMBA_ENABLE_CUDASIM=1); "
+            "a GPU runs machine code that Python cannot watch"
+        )
     with recording() as log:
         launch(*args)
     return Counts(log)
 
 
 # --- plain words ------------------------------------------------------------------------------------
+
 
 def problems(counts: Counts, expect=()) -> list[str]:
     """A sentence for each race, and for each of ``expect`` (EXPECTATIONS) that the accesses miss."""
@@ -323,8 +364,10 @@ def problems(counts: Counts, expect=()) -> list[str]:
     out = []
     races = counts.races()
     if races:
-        out.append(f"a shared-memory race ({len(races)} elements): {races[0]}. A cuda.syncthreads() is missing "
-                   "between a write to shared memory and the reads (or writes) of other threads that follow it")
+        out.append(
+            f"a shared-memory race ({len(races)} elements): {races[0]}. A cuda.syncthreads() is missing "
+            "between a write to shared memory and the reads (or writes) of other threads that follow it"
+        )
     for t in counts.traffic.values():
         if COALESCED in expect and t.space == "global" and t.ratio > COALESCED_RATIO:
             out.append(
@@ -332,14 +375,16 @@ def problems(counts: Counts, expect=()) -> list[str]:
                 f"bytes per warp access where {t.minimum / t.requests:.1f} would do ({t.ratio:.1f} times the "
                 f"minimum); consecutive lanes touch addresses {t.lane_stride} bytes apart. Let threadIdx.x run "
                 "along the last index (the contiguous one) of the array; where the read and the write cannot "
-                "both do that, stage a tile through shared memory")
+                "both do that, stage a tile through shared memory"
+            )
         if NO_BANK_CONFLICTS in expect and t.space == "shared" and t.ratio > 1:
             out.append(
                 f"shared-memory bank conflicts: the {t.what} need {t.cost / t.requests:.1f} passes per warp "
                 f"access where {t.minimum / t.requests:.1f} would do (up to {t.worst} lanes of a warp hit "
                 f"different words of one bank; consecutive lanes are {t.lane_stride} bytes apart). Pad the "
                 "array's rows by one element (e.g. (32, 33) instead of (32, 32)) so that a column's elements "
-                "fall in different banks")
+                "fall in different banks"
+            )
     if READ_ONCE in expect:
         for name, (reads, distinct) in counts.reads_per_element().items():
             if reads > READ_ONCE_RATIO * distinct:
@@ -347,7 +392,8 @@ def problems(counts: Counts, expect=()) -> list[str]:
                     f"redundant global reads: the {distinct} elements of `{name}` that were read were read "
                     f"{reads} times, {reads / distinct:.2f} times each where about once would do. Load each "
                     "element once (a block's part and its halo into shared memory, or a value into a "
-                    "variable) and read it there")
+                    "variable) and read it there"
+                )
     return out
 
 

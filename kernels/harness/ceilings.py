@@ -5,6 +5,7 @@ bandwidth, bytes read + written), independent FMA chains (FP32 rate) and a confl
 shared-memory stream (shared-memory bandwidth). ``peaks()`` gives the theoretical numbers the
 datasheet is built from: unit counts times clocks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,14 +15,14 @@ from .check import block_shape, positive_int
 from .timing import benchmark
 
 # FP32 lanes per SM by compute capability (CUDA programming guide, arithmetic instruction table).
-FP32_LANES_PER_SM = {"70": 64, "75": 64, "80": 64, "86": 128, "87": 128, "89": 128, "90": 128,
-                     "100": 128, "120": 128}
+FP32_LANES_PER_SM = {"70": 64, "75": 64, "80": 64, "86": 128, "87": 128, "89": 128, "90": 128, "100": 128, "120": 128}
 SMEM_BYTES_PER_CLOCK_PER_SM = 128  # 32 banks x 4 bytes
 
 
 @dataclass(frozen=True)
 class Ceilings:
     """Measured rates: GB/s for memories, GFLOP/s for arithmetic."""
+
     copy_gbps: float
     fma_gflops: float
     smem_gbps: float
@@ -44,10 +45,12 @@ def peaks(props: dict | None = None) -> dict:
 def measure_copy(nbytes: int = 1 << 30, repeat: int = 20) -> float:
     """GB/s of a device-to-device memcpy of ``nbytes`` (bytes read + written)."""
     from ..machine.copy import bytes_moved, memcpy_d2d
+
     if positive_int(nbytes, "nbytes") < 4:
         raise ValueError(f"nbytes must be at least 4, got {nbytes}")
     _require_gpu("measuring the copy ceiling")
     import cupy
+
     free = cupy.cuda.runtime.memGetInfo()[0]
     if 2 * nbytes > free:
         raise ValueError(f"a copy of {nbytes} bytes needs {2 * nbytes} bytes of GPU memory; {free} are free")
@@ -57,8 +60,9 @@ def measure_copy(nbytes: int = 1 << 30, repeat: int = 20) -> float:
     return bytes_moved(src.nbytes) / (t.median_ms * 1e-3) / 1e9
 
 
-def measure_fma(iters: int = 512, unroll: int = 16, blocks_per_sm: int = 8, threads: int = 256,
-                repeat: int = 20) -> float:
+def measure_fma(
+    iters: int = 512, unroll: int = 16, blocks_per_sm: int = 8, threads: int = 256, repeat: int = 20
+) -> float:
     """GFLOP/s of independent FP32 FMA chains filling every SM."""
     for value, name in ((iters, "iters"), (unroll, "unroll"), (blocks_per_sm, "blocks_per_sm")):
         positive_int(value, name)
@@ -66,7 +70,9 @@ def measure_fma(iters: int = 512, unroll: int = 16, blocks_per_sm: int = 8, thre
     _require_gpu("measuring the FMA ceiling")
     import cupy
     import numpy as np
+
     from ..machine.fma import flops, fma_kernel
+
     n = device.properties()["sms"] * blocks_per_sm * threads
     out = cupy.empty(n, dtype=cupy.float32)
     kernel = fma_kernel(unroll)[n // threads, threads]
@@ -82,12 +88,13 @@ def measure_smem(iters: int = 4096, blocks_per_sm: int = 4, threads: int = 512, 
     block_shape(threads)
     _require_gpu("measuring the shared-memory ceiling")
     import cupy
+
     from .cuda_cpp import load
+
     kernel = load("machine/smem_read.cu", "smem_read")
     blocks = device.properties()["sms"] * blocks_per_sm
     out = cupy.empty(blocks * threads, dtype=cupy.float32)
-    t = benchmark(lambda: kernel((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(32))),
-                  repeat=repeat)
+    t = benchmark(lambda: kernel((blocks,), (threads,), (out, cupy.int32(iters), cupy.int32(32))), repeat=repeat)
     return blocks * threads * iters * 16 / (t.median_ms * 1e-3) / 1e9
 
 

@@ -3,8 +3,10 @@
 A verdict line (``str(result)``) names the check and its tolerance but not the measured error, so
 it reads the same on a GPU and in the simulator; ``result.detail`` carries the numbers.
 """
+
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from . import device
-
 
 # Limits of every CUDA GPU since compute capability 3.0 (programming guide, "Technical Specifications").
 MAX_THREADS_PER_BLOCK = 1024
@@ -25,7 +26,7 @@ def to_host(x) -> np.ndarray:
     """A NumPy copy of a NumPy, CuPy or Numba device array."""
     if isinstance(x, np.ndarray):
         return x
-    if hasattr(x, "get"):          # CuPy
+    if hasattr(x, "get"):  # CuPy
         return x.get()
     if hasattr(x, "copy_to_host"):  # Numba device array (real or simulated)
         return x.copy_to_host()
@@ -76,7 +77,7 @@ class CheckResult:
     n_nonfinite: int
     atol: float
     rtol: float | None
-    n_special_mismatch: int = 0   # elements that differ where the reference is NaN or +-Inf
+    n_special_mismatch: int = 0  # elements that differ where the reference is NaN or +-Inf
 
     def __str__(self) -> str:
         bound = f"max|err| <= {self.atol:g}" + ("" if self.rtol is None else f", rel <= {self.rtol:g}")
@@ -85,8 +86,10 @@ class CheckResult:
 
     @property
     def detail(self) -> str:
-        return (f"{self.name}: max|err| = {self.max_abs:.3g}, relative Frobenius = {self.rel_fro:.3g}, "
-                f"non-finite = {self.n_nonfinite}")
+        return (
+            f"{self.name}: max|err| = {self.max_abs:.3g}, relative Frobenius = {self.rel_fro:.3g}, "
+            f"non-finite = {self.n_nonfinite}"
+        )
 
     def reason(self) -> str:
         if self.n_nonfinite:
@@ -148,9 +151,10 @@ def require_array(x, name: str, *, dtype=None, ndim: int | None = None, shape: t
         raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
     if dtype is not None and np.dtype(x.dtype) != np.dtype(dtype):
         got = np.dtype(x.dtype)
-        if got.name == np.dtype(dtype).name:   # same type, other byte order ('>f4')
-            raise TypeError(f"{name}: expected dtype {got.name} in native byte order, got {got.str}; "
-                            f"use .astype(np.{got.name})")
+        if got.name == np.dtype(dtype).name:  # same type, other byte order ('>f4')
+            raise TypeError(
+                f"{name}: expected dtype {got.name} in native byte order, got {got.str}; use .astype(np.{got.name})"
+            )
         raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {got.name}")
     if ndim is not None and len(x.shape) != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
@@ -221,16 +225,15 @@ def block_shape(shape) -> tuple:
     if not 1 <= len(shape) <= 3:
         raise ValueError(f"a block has 1 to 3 dimensions, got {shape}")
     shape = shape + (1,) * (3 - len(shape))
-    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM):
+    for axis, size, limit in zip("xyz", shape, MAX_BLOCK_DIM, strict=True):
         positive_int(size, f"block.{axis}", maximum=limit)
     threads = shape[0] * shape[1] * shape[2]
     if threads > MAX_THREADS_PER_BLOCK:
-        raise ValueError(f"a block of {shape} has {threads} threads; the device allows at most "
-                         f"{MAX_THREADS_PER_BLOCK}")
+        raise ValueError(f"a block of {shape} has {threads} threads; the device allows at most {MAX_THREADS_PER_BLOCK}")
     return shape
 
 
-MEMCHECK_ERRORS = 86   # compute-sanitizer's exit code when it finds errors, told apart from the program's own
+MEMCHECK_ERRORS = 86  # compute-sanitizer's exit code when it finds errors, told apart from the program's own
 
 
 def cuda_tool(name: str, shown: str) -> str | None:
@@ -242,8 +245,10 @@ def cuda_tool(name: str, shown: str) -> str | None:
         return None
     path = device.cuda_program(name)
     if not path:
-        print(f"{name} is not on PATH, in {device.cuda_home() / 'bin'} or in an NVIDIA pip wheel (it comes with "
-              f"the CUDA toolkit); for {shown}, see the committed GPU run of this chapter.")
+        print(
+            f"{name} is not on PATH, in {device.cuda_home() / 'bin'} or in an NVIDIA pip wheel (it comes with "
+            f"the CUDA toolkit); for {shown}, see the committed GPU run of this chapter."
+        )
     return path
 
 
@@ -256,13 +261,33 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
     sanitizer = cuda_tool("compute-sanitizer", "its verdict")
     if not sanitizer:
         return None
-    proc = subprocess.run([sanitizer, "--tool", "memcheck", "--report-api-errors", "no",
-                           "--error-exitcode", str(MEMCHECK_ERRORS), sys.executable, *args],
-                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=timeout)
+    # A script (python scripts/x.py) imports this checkout's kernels even where it is not installed
+    # (Colab clones the repository and puts it on the notebook's sys.path only).
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
+    proc = subprocess.run(
+        [
+            sanitizer,
+            "--tool",
+            "memcheck",
+            "--report-api-errors",
+            "no",
+            "--error-exitcode",
+            str(MEMCHECK_ERRORS),
+            sys.executable,
+            *args,
+        ],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     print("\n".join(proc.stdout.splitlines()[-tail:]))
     print(proc.stderr[-1500:])
     verdict = {0: "clean", MEMCHECK_ERRORS: "errors found (report above)"}.get(
-        proc.returncode, f"FAILED: the program exited with {proc.returncode}")
+        proc.returncode, f"FAILED: the program exited with {proc.returncode}"
+    )
     print("memcheck:", verdict)
     return proc.returncode == 0
 

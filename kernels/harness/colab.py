@@ -9,6 +9,7 @@ runtime lacks, their dependencies held to the same file's pins, then lets the ha
 or, on a CPU runtime, the CUDA simulator. Anywhere else it installs nothing: it prints what is
 missing and the command that would install it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,8 +27,13 @@ from . import device
 
 ROOT = Path(__file__).resolve().parents[2]
 # import name -> the requirement's name in requirements.txt (its pin, with extras, comes from there)
-NEEDED = {"numba_cuda": "numba-cuda", "cupy": "cupy-cuda12x", "cuda.bindings": "cuda-bindings",
-          "skimage": "scikit-image", "matplotlib": "matplotlib"}
+NEEDED = {
+    "numba_cuda": "numba-cuda",
+    "cupy": "cupy-cuda12x",
+    "cuda.bindings": "cuda-bindings",
+    "skimage": "scikit-image",
+    "matplotlib": "matplotlib",
+}
 NUMPY_BELOW = (2, 5)  # numba-cuda 0.30 fails to import on NumPy 2.5
 
 
@@ -58,6 +64,7 @@ def missing(needed: dict | None = None) -> list[str]:
     pinned = pins()
     todo = [pinned[name] for module, name in (needed or NEEDED).items() if not _installed(module)]
     import numpy
+
     if tuple(int(v) for v in numpy.__version__.split(".")[:2]) >= NUMPY_BELOW:
         todo.append(pinned["numpy"])
     return todo

@@ -3,6 +3,7 @@
 On a CPU machine the compile still proves the source is valid for each target and reports what
 ptxas allocated (registers, spills, stack, shared memory); only running it needs a GPU.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from . import device
@@ -33,6 +34,7 @@ def include_dirs() -> list[str]:
     dirs = []
     try:
         import nvidia
+
         for base in map(Path, nvidia.__path__):
             for sub in ("cuda_runtime", "cuda_nvcc", "cuda_cccl"):
                 if (base / sub / "include").is_dir():
@@ -106,11 +108,17 @@ def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) ->
     return _compile(str(src), src.read_bytes(), arch, tuple(options))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
     src = Path(path)
-    opts = [f"-arch={arch}", "-Xptxas=-v", *STD_OPTIONS, *options, f"-I{src.parent}",
-            *(f"-I{d}" for d in include_dirs())]
+    opts = [
+        f"-arch={arch}",
+        "-Xptxas=-v",
+        *STD_OPTIONS,
+        *options,
+        f"-I{src.parent}",
+        *(f"-I{d}" for d in include_dirs()),
+    ]
     log, cubin = _nvrtc(src, source, opts)
     if b"__global__" in source and not _ENTRY.search(log):
         # NVRTC 13 sometimes answers with the cubin but no ptxas report: a compile it has seen before
@@ -122,19 +130,26 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
 
 
 def _log_from_fresh_process(src: Path, opts: list) -> str:
-    code = ("import json, sys; from pathlib import Path; from kernels.harness import cuda_cpp; "
-            "path, opts = json.loads(sys.argv[1]); "
-            "print(json.dumps(cuda_cpp._nvrtc(Path(path), Path(path).read_bytes(), opts)[0]))")
-    env = {**os.environ, "CUDA_CACHE_DISABLE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(KERNELS.parent), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", code, json.dumps([str(src), opts])], env=env,
-                          capture_output=True, text=True, check=True)
+    code = (
+        "import json, sys; from pathlib import Path; from kernels.harness import cuda_cpp; "
+        "path, opts = json.loads(sys.argv[1]); "
+        "print(json.dumps(cuda_cpp._nvrtc(Path(path), Path(path).read_bytes(), opts)[0]))"
+    )
+    env = {
+        **os.environ,
+        "CUDA_CACHE_DISABLE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(KERNELS.parent), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps([str(src), opts])], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
     """(ptxas log, cubin) of one NVRTC compile; a RuntimeError with the log if it fails."""
     from cuda.bindings import nvrtc
+
     err, prog = nvrtc.nvrtcCreateProgram(source, src.name.encode(), 0, [], [])
     _nvrtc_ok(err, "create")
     saved = os.environ.get("CUDA_CACHE_DISABLE")
@@ -164,6 +179,7 @@ def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
 
 def _nvrtc_ok(err, what):
     from cuda.bindings import nvrtc
+
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise RuntimeError(f"NVRTC {what} failed: {err}")
 
@@ -172,7 +188,7 @@ def all_sources() -> list[Path]:
     return sorted(KERNELS.rglob("*.cu"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cubin_dir() -> Path:
     """The one folder of this process for the cubins that ``load`` hands CuPy, removed at exit. The
     files stay while the process runs: CuPy reads a cubin again for another device."""
@@ -181,7 +197,7 @@ def _cubin_dir() -> Path:
     return folder
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(path: str | Path, name: str, options: tuple = (), arch: str | None = None):
     """A CuPy RawKernel-like function for kernel ``name`` in a .cu file (needs a GPU); compiled once.
 
@@ -190,6 +206,7 @@ def load(path: str | Path, name: str, options: tuple = (), arch: str | None = No
     if device.MODE != device.GPU:
         raise RuntimeError(f"running {Path(path).name} needs a GPU; in the simulator it is compiled only")
     import cupy
+
     if arch is not None:
         cubin = compile_cubin(path, arch, options).cubin
         # Named by content: CuPy caches a loaded module by its path, so two variants must not share one.

@@ -7,6 +7,7 @@ engine configurations ("plans"); ``time_plans`` builds them all, times each on t
 ``fastest`` keeps the best, as cuDNN's own autotuning would: the first plan the heuristics rank is
 not always the fastest.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,10 +21,13 @@ def missing() -> str | None:
     """None when the frontend and a cuDNN library load; else one line saying what is missing."""
     try:
         import cudnn
+
         version = cudnn.backend_version()
     except Exception as err:  # ImportError, or the frontend present but no libcudnn to load
-        return (f"cuDNN is not available ({type(err).__name__}: {err}); install the GPU extras: "
-                f"pip install -r requirements-gpu.txt")
+        return (
+            f"cuDNN is not available ({type(err).__name__}: {err}); install the GPU extras: "
+            f"pip install -r requirements-gpu.txt"
+        )
     return None if version else "cuDNN frontend loaded but reports no backend version"
 
 
@@ -33,6 +37,7 @@ def version() -> str | None:
     if missing():
         return None
     import cudnn
+
     v = cudnn.backend_version()
     # cuDNN 9 encodes MAJOR * 10000 + MINOR * 100 + PATCH; cuDNN 8 encoded MAJOR * 1000 + MINOR * 100 + PATCH.
     major, rest = divmod(v, 10000) if v >= 90000 else divmod(v, 1000)
@@ -43,7 +48,7 @@ def version() -> str | None:
 class PlanTiming:
     index: int
     name: str
-    ms: float | None          # None: the plan did not build or run
+    ms: float | None  # None: the plan did not build or run
     note: str = ""
 
 
@@ -51,14 +56,17 @@ LAYOUTS = ("nhwc", "nchw")
 DTYPES = {"half": np.float16, "float": np.float32}
 
 
-def operand_shapes(n: int, c: int, h: int, w: int, k: int, r: int, s: int, pad: int, stride: int,
-                   layout: str) -> dict[str, tuple]:
+def operand_shapes(
+    n: int, c: int, h: int, w: int, k: int, r: int, s: int, pad: int, stride: int, layout: str
+) -> dict[str, tuple]:
     """The array shapes of input "x", filters "w" and output "y" of a graph: NHWC, KRSC and NPQK for
     "nhwc"; NCHW, KCRS and NKPQ for "nchw"."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    n, c, h, w, k, r, s, stride = (check.positive_int(v, name) for v, name in
-                                   zip((n, c, h, w, k, r, s, stride), ("n", "c", "h", "w", "k", "r", "s", "stride")))
+    n, c, h, w, k, r, s, stride = (
+        check.positive_int(v, name)
+        for v, name in zip((n, c, h, w, k, r, s, stride), ("n", "c", "h", "w", "k", "r", "s", "stride"), strict=True)
+    )
     pad = check.nonnegative_int(pad, "pad")
     p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
     if p < 1 or q < 1:
@@ -87,15 +95,29 @@ class ConvFprop:
     cuDNN marks as using tensor cores (for "float": TF32), so the baseline computes in FP32 like the
     kernels it is compared with."""
 
-    def __init__(self, n: int, c: int, h: int, w: int, k: int, r: int = 3, s: int = 3, pad: int = 1,
-                 stride: int = 1, dtype: str = "half", tensor_cores: bool = True, layout: str = "nhwc"):
+    def __init__(
+        self,
+        n: int,
+        c: int,
+        h: int,
+        w: int,
+        k: int,
+        r: int = 3,
+        s: int = 3,
+        pad: int = 1,
+        stride: int = 1,
+        dtype: str = "half",
+        tensor_cores: bool = True,
+        layout: str = "nhwc",
+    ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.shapes = operand_shapes(n, c, h, w, k, r, s, pad, stride, layout)
         self.dtype = DTYPES[dtype]
         if why := missing():
-            raise RuntimeError(why)   # rather than an ImportError from deep inside the frontend
+            raise RuntimeError(why)  # rather than an ImportError from deep inside the frontend
         import cudnn
+
         self.layout = layout
         io = {"half": cudnn.data_type.HALF, "float": cudnn.data_type.FLOAT}[dtype]
         f32 = cudnn.data_type.FLOAT
@@ -112,8 +134,15 @@ class ConvFprop:
         # cuDNN names dimensions N, C, H, W whatever the layout; the strides say where they lie.
         self.x = g.tensor(name="x", dim=[n, c, h, w], stride=strides(c, h, w), data_type=io)
         self.w = g.tensor(name="w", dim=[k, c, r, s], stride=strides(c, r, s), data_type=io)
-        self.y = g.conv_fprop(image=self.x, weight=self.w, padding=[pad, pad], stride=[stride, stride],
-                              dilation=[1, 1], compute_data_type=f32, name="conv")
+        self.y = g.conv_fprop(
+            image=self.x,
+            weight=self.w,
+            padding=[pad, pad],
+            stride=[stride, stride],
+            dilation=[1, 1],
+            compute_data_type=f32,
+            name="conv",
+        )
         self.y.set_output(True).set_data_type(io).set_dim([n, k, p, q]).set_stride(strides(k, p, q))
         g.validate()
         g.build_operation_graph()
@@ -134,8 +163,9 @@ class ConvFprop:
         """A function that enqueues plan ``index`` on (x, w) -> out: GPU arrays of the graph's dtype,
         shapes and layout (``device_pointers`` says which is wrong)."""
         pointers = device_pointers(x, w, out, self.shapes, self.dtype)
-        pack = dict(zip((self.x, self.w, self.y), pointers))
+        pack = dict(zip((self.x, self.w, self.y), pointers, strict=True))
         import cupy
+
         workspace = cupy.empty(max(1, self.graph.get_workspace_size_plan_at_index(index)), dtype=cupy.uint8)
         return lambda: self.graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=self.handle)
 
@@ -143,7 +173,8 @@ class ConvFprop:
         """Every plan the heuristics offered, timed on the same inputs; plans that did not run say why
         (among them those deselected: tensor-core plans when ``tensor_cores=False``)."""
         from .timing import benchmark
-        device_pointers(x, w, out, self.shapes, self.dtype)   # wrong arrays are the caller's error, not a plan's
+
+        device_pointers(x, w, out, self.shapes, self.dtype)  # wrong arrays are the caller's error, not a plan's
         rows = []
         for i in range(self.plan_count()):
             name = self.plan_name(i)

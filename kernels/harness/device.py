@@ -4,6 +4,7 @@ The mode is chosen when this module is first imported, before anything imports `
 the simulator can only be switched on through ``NUMBA_ENABLE_CUDASIM`` before that import.
 Set ``BOOK_MODE=gpu`` or ``BOOK_MODE=sim`` to force a mode.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -14,7 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 GPU, SIM, NONE = "gpu", "sim", "none"
@@ -95,6 +96,7 @@ def cuda_program(name: str) -> str | None:
     dirs = [cuda_home() / "bin"]
     try:
         import nvidia
+
         dirs += [d for base in map(Path, nvidia.__path__) for d in sorted(base.glob("*/bin"))]
     except ImportError:
         pass
@@ -105,8 +107,10 @@ def xp():
     """The array module of this mode: CuPy on a GPU, NumPy in the simulator."""
     if MODE == GPU:
         import cupy
+
         return cupy
     import numpy
+
     return numpy
 
 
@@ -122,11 +126,15 @@ def announce(profile: str = "full") -> str:
     used = resolve_profile(profile)
     if MODE == GPU:
         env = environment()
-        line = (f"Mode: GPU -- {env['gpu']} (sm_{env['cc']}, {env['sms']} SMs, driver {env['driver']}, "
-                f"CUDA {env['cuda_runtime']}); profile '{used}'.")
+        line = (
+            f"Mode: GPU -- {env['gpu']} (sm_{env['cc']}, {env['sms']} SMs, driver {env['driver']}, "
+            f"CUDA {env['cuda_runtime']}); profile '{used}'."
+        )
     elif MODE == SIM:
-        line = (f"Mode: CUDA simulator ({REASON}) -- kernels run on the CPU at '{used}' sizes to check "
-                f"correctness; timings need a GPU, so timing cells show the reference GPU's stored numbers.")
+        line = (
+            f"Mode: CUDA simulator ({REASON}) -- kernels run on the CPU at '{used}' sizes to check "
+            f"correctness; timings need a GPU, so timing cells show the reference GPU's stored numbers."
+        )
     else:
         line = f"Mode: none ({REASON}) -- kernels cannot run here; the chapter shows stored results only."
     print(line)
@@ -143,8 +151,9 @@ def _git_commit() -> str:
         return os.environ["BOOK_COMMIT"]
     try:
         here = os.path.dirname(os.path.abspath(__file__))
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here,
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -155,9 +164,14 @@ def _nvidia_smi(query: str) -> list[str]:
     the kernels use. nvidia-smi numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, so the GPU
     is named by its PCI bus id. Raises OSError, SubprocessError or IndexError where nvidia-smi cannot answer."""
     import cupy
+
     bus_id = cupy.cuda.runtime.deviceGetPCIBusId(0)
-    out = subprocess.run(["nvidia-smi", "-i", bus_id, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=20)
+    out = subprocess.run(
+        ["nvidia-smi", "-i", bus_id, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     return [v.strip() for v in out.stdout.splitlines()[0].split(",")]
 
 
@@ -166,20 +180,21 @@ def current_clocks() -> dict:
     if MODE != GPU:
         return {}
     try:
-        sm, mem, max_sm, max_mem = (int(float(v)) for v in
-                                    _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"))
-        return {"sm_clock_mhz": sm, "mem_clock_mhz": mem, "max_sm_clock_mhz": max_sm,
-                "max_mem_clock_mhz": max_mem}
+        sm, mem, max_sm, max_mem = (
+            int(float(v)) for v in _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
+        )
+        return {"sm_clock_mhz": sm, "mem_clock_mhz": mem, "max_sm_clock_mhz": max_sm, "max_mem_clock_mhz": max_mem}
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return {}
 
 
-@lru_cache(maxsize=None)
+@cache
 def properties() -> dict:
     """The static properties of GPU 0 that the book's models use (CuPy runtime queries)."""
     if MODE != GPU:
         raise RuntimeError("device properties need a GPU; this run uses the CUDA simulator")
     import cupy
+
     rt = cupy.cuda.runtime
     p = rt.getDeviceProperties(0)
     attr = lambda code: rt.deviceGetAttribute(code, 0)  # noqa: E731
@@ -204,9 +219,18 @@ def properties() -> dict:
 
 # The properties() of the reference GPU, the H100 the committed notebooks ran on: what the models take
 # where a notebook runs without a GPU and shows that GPU's stored numbers.
-REFERENCE_PROPERTIES = {"name": "NVIDIA H100 80GB HBM3", "cc": "90", "sms": 132, "l2_bytes": 52428800,
-                        "smem_per_sm_bytes": 233472, "smem_per_block_optin_bytes": 232448, "regs_per_sm": 65536,
-                        "max_threads_per_sm": 2048, "warp_size": 32, "global_mem_bytes": 85017493504}
+REFERENCE_PROPERTIES = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "cc": "90",
+    "sms": 132,
+    "l2_bytes": 52428800,
+    "smem_per_sm_bytes": 233472,
+    "smem_per_block_optin_bytes": 232448,
+    "regs_per_sm": 65536,
+    "max_threads_per_sm": 2048,
+    "warp_size": 32,
+    "global_mem_bytes": 85017493504,
+}
 
 
 def target_properties() -> dict:
@@ -222,19 +246,34 @@ def target_arch() -> str:
 
 def environment() -> dict:
     """What a results row records: GPU, driver, CUDA, clocks, commit and date."""
-    env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "commit": _git_commit(), "mode": MODE}
+    env = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": _git_commit(),
+        "mode": MODE,
+    }
     if MODE != GPU:
-        return env | {"gpu": "CUDA simulator", "gpu_slug": "simulator", "cc": "", "sms": 0,
-                      "driver": "", "cuda_runtime": ""}
+        return env | {
+            "gpu": "CUDA simulator",
+            "gpu_slug": "simulator",
+            "cc": "",
+            "sms": 0,
+            "driver": "",
+            "cuda_runtime": "",
+        }
     import cupy
+
     rt = cupy.cuda.runtime
     props = properties()
     drv = rt.driverGetVersion()
     run = rt.runtimeGetVersion()
-    env |= {"gpu": props["name"], "gpu_slug": slug(props["name"]), "cc": props["cc"], "sms": props["sms"],
-            "driver": _driver_version() or f"{drv // 1000}.{drv % 1000 // 10}",
-            "cuda_runtime": f"{run // 1000}.{run % 1000 // 10}"}
+    env |= {
+        "gpu": props["name"],
+        "gpu_slug": slug(props["name"]),
+        "cc": props["cc"],
+        "sms": props["sms"],
+        "driver": _driver_version() or f"{drv // 1000}.{drv % 1000 // 10}",
+        "cuda_runtime": f"{run // 1000}.{run % 1000 // 10}",
+    }
     return env | current_clocks()
 
 
@@ -244,6 +283,7 @@ def software() -> dict:
     the driver and CUDA runtime that the results rows record; ``scripts/rerun.py`` keeps these in the
     executed notebook's metadata."""
     from importlib import metadata
+
     out = {"python": platform.python_version()}
     for dist in ("numpy", "numba", "numba-cuda"):
         try:
@@ -252,7 +292,9 @@ def software() -> dict:
             pass
     if MODE == GPU:
         import cupy
+
         from .cudnn_conv import version
+
         out["cupy"] = cupy.__version__
         out["nvrtc"] = ".".join(map(str, cupy.cuda.nvrtc.getVersion()))
         cudnn = version()

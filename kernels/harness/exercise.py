@@ -29,27 +29,28 @@ grading files) then runs::
 
 The command grades each file in a process of its own (``submission.py``).
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from . import accesses, device, submission
-from .cuda_cpp import KERNELS
 from .check import compare, poison_value, to_host
+from .cuda_cpp import KERNELS
 
 # Elements of poison after every array: a kernel overrunning by up to a block of 1024 threads writes
 # (or reads) here instead of into another allocation, where the damage would go unseen.
 GUARD = 1024
-_REGISTRY: dict[str, "Exercise"] = {}
-_SOLUTIONS: dict[str, "Solutions"] = {}
+_REGISTRY: dict[str, Exercise] = {}
+_SOLUTIONS: dict[str, Solutions] = {}
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Exercise:
     ``reference(*inputs)`` the expected output in float64. ``expect`` names what the accesses of a
     correct kernel must also be (``accesses.EXPECTATIONS``).
     """
+
     label: str
     task: str
     make_inputs: Callable
@@ -70,9 +72,19 @@ class Exercise:
     out_dtype: type = np.float32
     expect: tuple = ()
 
-    def check(self, launch: Callable, rng: np.random.Generator | None = None) -> "Report":
-        return check_kernel(launch, self.reference, self.make_inputs, sizes=self.sizes, atol=self.atol,
-                            rtol=self.rtol, out_dtype=self.out_dtype, name=self.label, rng=rng, expect=self.expect)
+    def check(self, launch: Callable, rng: np.random.Generator | None = None) -> Report:
+        return check_kernel(
+            launch,
+            self.reference,
+            self.make_inputs,
+            sizes=self.sizes,
+            atol=self.atol,
+            rtol=self.rtol,
+            out_dtype=self.out_dtype,
+            name=self.label,
+            rng=rng,
+            expect=self.expect,
+        )
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,7 @@ class Solutions:
     """An exercise's published ``launch``, and ``wrong``: a name for each deliberately wrong ``launch``,
     mapped to ``(launch, words)``, words its report must contain. The tests run both, proving the
     checker can pass, fail and explain."""
+
     solution: Callable
     wrong: dict
 
@@ -87,6 +100,7 @@ class Solutions:
 @dataclass
 class Report:
     """The verdict of every size checked, then, on a failure, what went wrong in plain words."""
+
     name: str
     ok: bool
     lines: list
@@ -159,9 +173,20 @@ def check(exercise: str | Exercise, launch: Callable) -> Report:
     return report
 
 
-def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *, sizes, atol: float,
-                 rtol: float | None = None, out_dtype=np.float32, name: str = "kernel",
-                 rng: np.random.Generator | None = None, device_only: bool = True, expect=()) -> Report:
+def check_kernel(
+    launch: Callable,
+    reference: Callable,
+    make_inputs: Callable,
+    *,
+    sizes,
+    atol: float,
+    rtol: float | None = None,
+    out_dtype=np.float32,
+    name: str = "kernel",
+    rng: np.random.Generator | None = None,
+    device_only: bool = True,
+    expect=(),
+) -> Report:
     """Run ``launch(out, *inputs)`` at every size and compare ``out`` with ``reference(*inputs)``.
 
     Stops at the first size that fails and explains that failure. The verdict lines name the sizes
@@ -177,8 +202,7 @@ def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *
     for size in sizes:
         inputs = tuple(make_inputs(rng, size))
         want = np.asarray(reference(*inputs), dtype=np.float64)
-        problems, counts = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only,
-                                            expect)
+        problems, counts = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect)
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
             lines += [f"  - {p}" for p in problems]
@@ -188,13 +212,16 @@ def check_kernel(launch: Callable, reference: Callable, make_inputs: Callable, *
     if expect and counted:
         lines.append("  " + accesses.summary(counted, expect))
     elif expect:
-        lines.append(f"  note: the accesses ({', '.join(expect)}) are counted in the simulator only "
-                     "(NUMBA_ENABLE_CUDASIM=1); on a GPU only the results were checked")
+        lines.append(
+            f"  note: the accesses ({', '.join(expect)}) are counted in the simulator only "
+            "(NUMBA_ENABLE_CUDASIM=1); on a GPU only the results were checked"
+        )
     lines.append(f"PASS  {name}: {len(sizes)} sizes, {bound}")
     return Report(name, True, lines)
 
 
 # --- running one size ---------------------------------------------------------------------------
+
 
 def _sentinel_value(dtype: np.dtype):
     """A second poison, finite and unlikely to be computed: an element holding it after the second
@@ -221,6 +248,7 @@ def _guarded(data: np.ndarray | None, shape, dtype, fill, guard=None):
 def _synchronize():
     if device.on_gpu():
         import cupy
+
         cupy.cuda.Device().synchronize()
 
 
@@ -232,12 +260,15 @@ def _synchronize():
 # CuPy and Numba arrays and for every way of writing (slicing, np.copyto, .set(), copy_to_device).
 # Kernels launched outside Numba (a CuPy RawKernel) are not seen: the exercises ask for @cuda.jit ones.
 
+
 def _launch_entry():
     """The class and method that every Numba kernel launch goes through in this mode."""
     if device.on_gpu():
         from numba.cuda.dispatcher import _LaunchConfiguration  # kernel[grid, block] returns one
+
         return _LaunchConfiguration, "__call__"
     from numba.cuda.simulator.kernel import FakeCUDAKernel  # also runs device functions: skipped below
+
     return FakeCUDAKernel, "__call__"
 
 
@@ -272,6 +303,7 @@ class _KernelWrites:
                 self._depth -= 1
                 self.launches += 1
                 self._seen = self._snapshot()
+
         return launch_kernel
 
     @contextmanager
@@ -287,11 +319,16 @@ class _KernelWrites:
 
     def problem(self) -> str | None:
         if self.launches == 0:
-            return ("no kernel ran: the output was written by host code" if self.host_wrote else
-                    "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written")
+            return (
+                "no kernel ran: the output was written by host code"
+                if self.host_wrote
+                else "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written"
+            )
         if self.host_wrote:
-            return ("the output was written by host code outside the kernel launches (before, between "
-                    "or after them): only a kernel may write `out`")
+            return (
+                "the output was written by host code outside the kernel launches (before, between "
+                "or after them): only a kernel may write `out`"
+            )
         return None
 
 
@@ -318,16 +355,30 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only, recor
         return out, out_buf, in_bufs, explain_exception(exc), None
     counts = accesses.Counts(log) if record else None
     if hasattr(returned, "shape") and returned is not out:
-        return out, out_buf, in_bufs, ("`launch` returned an array instead of filling `out`: the checker "
-                                       "grades `out`, which a kernel must write"), counts
+        return (
+            out,
+            out_buf,
+            in_bufs,
+            (
+                "`launch` returned an array instead of filling `out`: the checker "
+                "grades `out`, which a kernel must write"
+            ),
+            counts,
+        )
     return out, out_buf, in_bufs, writes.problem() if device_only else None, counts
 
 
 def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
     """The problems found at one size (sentences; none if it passed) and the accesses counted, if any."""
-    got, out_buf, in_bufs, problem, counts = _launch_once(launch, inputs, want.shape, out_dtype,
-                                                          poison_value(out_dtype), device_only,
-                                                          record=bool(expect) and not device.on_gpu())
+    got, out_buf, in_bufs, problem, counts = _launch_once(
+        launch,
+        inputs,
+        want.shape,
+        out_dtype,
+        poison_value(out_dtype),
+        device_only,
+        record=bool(expect) and not device.on_gpu(),
+    )
     if problem is not None:
         return [problem], counts
     problems = []
@@ -335,19 +386,24 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, e
     tail = to_host(out_buf)[n:]
     if not _all_equal(tail, _sentinel_value(out_dtype)):
         k = int(np.count_nonzero(~_equal(tail, _sentinel_value(out_dtype))))
-        problems.append(f"the kernel wrote {k} elements outside an array, past the end of `out` (which has "
-                        f"{n}): a missing or wrong bounds check (`if i < out.size:`); on a GPU such writes "
-                        "land in whatever memory follows")
+        problems.append(
+            f"the kernel wrote {k} elements outside an array, past the end of `out` (which has "
+            f"{n}): a missing or wrong bounds check (`if i < out.size:`); on a GPU such writes "
+            "land in whatever memory follows"
+        )
     for pos, (host, buf) in enumerate(in_bufs):
         now = to_host(buf)
-        if not np.array_equal(now[:host.size], host.ravel(), equal_nan=host.dtype.kind in "fc"):
-            problems.append(f"the kernel changed its input argument {pos + 1} (of shape {host.shape}); "
-                            "it should only read it")
-        overrun = ~_equal(now[host.size:], poison_value(host.dtype))
+        if not np.array_equal(now[: host.size], host.ravel(), equal_nan=host.dtype.kind in "fc"):
+            problems.append(
+                f"the kernel changed its input argument {pos + 1} (of shape {host.shape}); it should only read it"
+            )
+        overrun = ~_equal(now[host.size :], poison_value(host.dtype))
         if overrun.any():
-            problems.append(f"the kernel wrote {int(overrun.sum())} elements outside an array, past the end "
-                            f"of its input argument {pos + 1} (which has {host.size}): a missing or wrong "
-                            "bounds check or a wrong index; on a GPU such writes land in whatever memory follows")
+            problems.append(
+                f"the kernel wrote {int(overrun.sum())} elements outside an array, past the end "
+                f"of its input argument {pos + 1} (which has {host.size}): a missing or wrong "
+                "bounds check or a wrong index; on a GPU such writes land in whatever memory follows"
+            )
     got_host = to_host(got)
     result = compare(got_host, want, atol=atol, rtol=rtol)
     if result.ok:
@@ -357,13 +413,15 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, e
     unwritten = None
     if result.n_nonfinite:
         # Run again with a finite second poison: what still holds it was never written at all.
-        again, _, _, problem, _ = _launch_once(launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype),
-                                               device_only)
+        again, _, _, problem, _ = _launch_once(
+            launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype), device_only
+        )
         if problem is None:
             unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
-    return problems + (explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten)
-                       or [result.reason()]), counts
+    return problems + (
+        explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten) or [result.reason()]
+    ), counts
 
 
 def _equal(a: np.ndarray, value) -> np.ndarray:
@@ -376,18 +434,23 @@ def _all_equal(a: np.ndarray, value) -> bool:
 
 # --- explaining ---------------------------------------------------------------------------------
 
+
 def explain_exception(exc: BaseException) -> str:
     """One plain sentence for an exception raised by a launch."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     kind = type(exc).__name__
     if isinstance(exc, IndexError):
-        return (f"the kernel indexed outside an array ({text}): a missing bounds check (`if i < n:`) or a "
-                "wrong index. The simulator stops there; on a GPU the same bug is an illegal memory "
-                "access or silently wrong data")
+        return (
+            f"the kernel indexed outside an array ({text}): a missing bounds check (`if i < n:`) or a "
+            "wrong index. The simulator stops there; on a GPU the same bug is an illegal memory "
+            "access or silently wrong data"
+        )
     if "ILLEGAL_ADDRESS" in text.upper() or "illegal memory access" in text.lower():
-        return ("the kernel made an illegal memory access: an index outside an array. The CUDA context is "
-                "now unusable -- restart the Python kernel, then run the check in the simulator "
-                "(NUMBA_ENABLE_CUDASIM=1) or under compute-sanitizer to see which index")
+        return (
+            "the kernel made an illegal memory access: an index outside an array. The CUDA context is "
+            "now unusable -- restart the Python kernel, then run the check in the simulator "
+            "(NUMBA_ENABLE_CUDASIM=1) or under compute-sanitizer to see which index"
+        )
     if kind in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError") or "numba" in type(exc).__module__:
         return f"the kernel does not compile ({kind}): {text}"
     return f"the launch raised {kind}: {text}"
@@ -402,9 +465,11 @@ def _describe_where(mask: np.ndarray) -> tuple[str, str]:
     first = int(np.argmax(flat))
     if not flat[:first].any() and flat[first:].all():
         last = "the last element" if k == 1 else f"the last {k} in memory order (from flat index {first} on)"
-        return (last,
-                "the grid or the loop stops short of the end: round the block count up, "
-                "(n + threads - 1) // threads, or use a grid-stride loop")
+        return (
+            last,
+            "the grid or the loop stops short of the end: round the block count up, "
+            "(n + threads - 1) // threads, or use a grid-stride loop",
+        )
     if mask.ndim >= 2:
         for axis in range(mask.ndim):
             idx = np.moveaxis(mask, axis, 0)
@@ -413,27 +478,33 @@ def _describe_where(mask: np.ndarray) -> tuple[str, str]:
             if (rows.any(axis=1) == hit).all() and hit.any():
                 at = np.flatnonzero(hit)
                 if at[-1] == mask.shape[axis] - 1 and (np.diff(at) == 1).all():
-                    return (f"the last {at.size} indices along axis {axis} (from {at[0]} on)",
-                            "the grid does not cover that dimension: round its block count up")
+                    return (
+                        f"the last {at.size} indices along axis {axis} (from {at[0]} on)",
+                        "the grid does not cover that dimension: round its block count up",
+                    )
         depth = _border_depth(mask)
         if depth is not None:
-            return (f"only within {depth} element{'s' if depth > 1 else ''} of the border",
-                    "the interior is right, so look at the edges: the halo loads, the zero padding, "
-                    "the bounds checks of the neighbours read")
+            return (
+                f"only within {depth} element{'s' if depth > 1 else ''} of the border",
+                "the interior is right, so look at the edges: the halo loads, the zero padding, "
+                "the bounds checks of the neighbours read",
+            )
     period = _period(flat)
     if period is not None:
         positions = np.flatnonzero(flat[:period])
         shown = ", ".join(str(p) for p in positions[:6]) + (", ..." if positions.size > 6 else "")
-        return (f"a pattern repeating every {period} elements (positions {shown} of each group)",
-                "a pattern with a period points at the thread/block index arithmetic "
-                "(blockIdx * blockDim + threadIdx, a stride, a tile size)")
+        return (
+            f"a pattern repeating every {period} elements (positions {shown} of each group)",
+            "a pattern with a period points at the thread/block index arithmetic "
+            "(blockIdx * blockDim + threadIdx, a stride, a tile size)",
+        )
     return f"{k} of {n} elements, the first at index {np.unravel_index(first, mask.shape)}", ""
 
 
 def _border_depth(mask: np.ndarray, max_depth: int = 8) -> int | None:
     """The smallest d such that every marked element lies within d of an edge, if the interior is clean."""
     grids = np.indices(mask.shape)
-    dist = np.min([np.minimum(g, s - 1 - g) for g, s in zip(grids, mask.shape)], axis=0)
+    dist = np.min([np.minimum(g, s - 1 - g) for g, s in zip(grids, mask.shape, strict=True)], axis=0)
     depth = int(dist[mask].max()) + 1
     if depth > max_depth or (dist >= depth).sum() == 0:
         return None
@@ -450,8 +521,9 @@ def _period(flat: np.ndarray) -> int | None:
     return None
 
 
-def explain(got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float | None = None,
-            unwritten: np.ndarray | None = None) -> list[str]:
+def explain(
+    got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float | None = None, unwritten: np.ndarray | None = None
+) -> list[str]:
     """Plain sentences for what differs between ``got`` and ``want`` (float64 host arrays, same shape).
 
     ``unwritten`` marks elements known never to have been written (from a second, differently
@@ -467,26 +539,34 @@ def explain(got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float | Non
     out = []
     if unwritten.any():
         where, hint = _describe_where(unwritten)
-        out.append(f"{int(unwritten.sum())} of {want.size} output elements were never written "
-                   f"(they still hold the poison): {where}" + (f". Likely: {hint}" if hint else ""))
+        out.append(
+            f"{int(unwritten.sum())} of {want.size} output elements were never written "
+            f"(they still hold the poison): {where}" + (f". Likely: {hint}" if hint else "")
+        )
     if computed_nan.any():
         where, hint = _describe_where(computed_nan)
-        out.append(f"{int(computed_nan.sum())} elements are NaN or Inf where the reference is finite: {where}. "
-                   "Likely: a read past the end of an input (the checker poisons what follows each array), "
-                   "of uninitialized shared memory, or a division by zero" + (f"; {hint}" if hint else ""))
+        out.append(
+            f"{int(computed_nan.sum())} elements are NaN or Inf where the reference is finite: {where}. "
+            "Likely: a read past the end of an input (the checker poisons what follows each array), "
+            "of uninitialized shared memory, or a division by zero" + (f"; {hint}" if hint else "")
+        )
     if wrong.any():
         out += _explain_values(got, want, diff, wrong, both, atol)
     elif not out and rtol is not None:
-        out.append(f"every element is within max|err| <= {atol:g}, but the relative error over the whole "
-                   f"output exceeds {rtol:g}: small errors everywhere, e.g. a different rounding or summation order")
+        out.append(
+            f"every element is within max|err| <= {atol:g}, but the relative error over the whole "
+            f"output exceeds {rtol:g}: small errors everywhere, e.g. a different rounding or summation order"
+        )
     return out
 
 
 def _explain_values(got, want, diff, wrong, both, atol) -> list[str]:
     n_wrong = int(wrong.sum())
     worst = np.unravel_index(int(np.argmax(np.abs(diff))), want.shape)
-    example = (f"the largest error is at index {tuple(int(i) for i in worst)}: got {got[worst]:.6g}, "
-               f"expected {want[worst]:.6g}")
+    example = (
+        f"the largest error is at index {tuple(int(i) for i in worst)}: got {got[worst]:.6g}, "
+        f"expected {want[worst]:.6g}"
+    )
     pattern = _global_pattern(got, want, diff, both, atol)
     if pattern:
         return [pattern, example]
@@ -494,8 +574,10 @@ def _explain_values(got, want, diff, wrong, both, atol) -> list[str]:
     first = f"{n_wrong} of {want.size} elements are wrong ({where})" + (f". Likely: {hint}" if hint else "")
     max_err = float(np.abs(diff).max())
     if max_err < 100 * atol:
-        first += (f"; the errors are small (largest {max_err:.3g} against a tolerance of {atol:g}): a different "
-                  "formula or precision (a float64 constant, a missing fma, a different summation order)")
+        first += (
+            f"; the errors are small (largest {max_err:.3g} against a tolerance of {atol:g}): a different "
+            "formula or precision (a float64 constant, a missing fma, a different summation order)"
+        )
     return [first, example]
 
 
@@ -511,28 +593,37 @@ def _global_pattern(got, want, diff, both, atol) -> str | None:
             inner = [slice(None)] * want.ndim
             inner[axis] = slice(shift, None) if shift > 0 else slice(None, shift)
             inner = tuple(inner)
-            if (np.allclose(got[inner], moved[inner], atol=atol, rtol=0)
-                    and not np.allclose(got[inner], want[inner], atol=atol, rtol=0)):
-                return (f"the output is the expected one shifted by {shift} along axis {axis}: "
-                        f"out[i] holds what belongs at i {'-' if shift > 0 else '+'} {abs(shift)}, an off-by-one in an index")
+            if np.allclose(got[inner], moved[inner], atol=atol, rtol=0) and not np.allclose(
+                got[inner], want[inner], atol=atol, rtol=0
+            ):
+                return (
+                    f"the output is the expected one shifted by {shift} along axis {axis}: "
+                    f"out[i] holds what belongs at i {'-' if shift > 0 else '+'} {abs(shift)}, "
+                    "an off-by-one in an index"
+                )
     if not both.all() or want.size < 8:  # a few elements fit any offset or factor
         return None
     d = diff[both]
     if np.ptp(d) <= 2 * atol and abs(d.mean()) > atol:
-        return (f"every element is off by the same constant, {d.mean():.4g}: a term added once too often or "
-                "missing (an initial value, a bias, the + c of an fma)")
+        return (
+            f"every element is off by the same constant, {d.mean():.4g}: a term added once too often or "
+            "missing (an initial value, a bias, the + c of an fma)"
+        )
     safe = both & (np.abs(want) > 1e3 * atol)
     if safe.sum() >= max(2, want.size // 2):
         ratio = got[safe] / want[safe]
         r = float(np.median(ratio))
         if abs(r - 1) > 1e-3 and np.allclose(got[both], r * want[both], atol=atol, rtol=1e-3):
             twice = " (twice: is one contribution added twice?)" if abs(r - 2) < 1e-3 else ""
-            return (f"every element is {r:.4g} times the expected value{twice}: a scale factor missing, applied "
-                    "twice or wrong")
+            return (
+                f"every element is {r:.4g} times the expected value{twice}: a scale factor missing, applied "
+                "twice or wrong"
+            )
     return None
 
 
 # --- grading files from the command line --------------------------------------------------------
+
 
 def _seconds(text: str) -> float:
     try:
@@ -545,16 +636,22 @@ def _seconds(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.harness.exercise",
-                                     description="List the auto-checked exercises, or grade submissions.")
+    parser = argparse.ArgumentParser(
+        prog="python -m kernels.harness.exercise", description="List the auto-checked exercises, or grade submissions."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every registered exercise and its task")
-    grade = sub.add_parser("check", help="check files that each define launch(out, *inputs), each in a "
-                                         "process of its own")
+    grade = sub.add_parser(
+        "check", help="check files that each define launch(out, *inputs), each in a process of its own"
+    )
     grade.add_argument("label")
     grade.add_argument("files", nargs="+", type=Path)
-    grade.add_argument("--timeout", type=_seconds, default=submission.TIMEOUT,
-                       help="seconds a file may run before it is stopped (default %(default)g)")
+    grade.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=submission.TIMEOUT,
+        help="seconds a file may run before it is stopped (default %(default)g)",
+    )
     args = parser.parse_args(argv)
     if args.command == "list":
         for ex in all_exercises():
@@ -578,4 +675,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from kernels.harness import exercise as _registered  # one registry: the module chapters import
+
     sys.exit(_registered.main())

@@ -4,6 +4,7 @@ and the Markdown shows it with {glue:text}`name:.3f`, so a rerun on another GPU 
 ``glue`` writes the output MyST-NB's own ``glue`` writes (a display_data with scrapbook metadata), without
 importing myst_nb: the GPU machine that executes the notebooks has no Sphinx stack.
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ with latencies measured on the GPU, gives ``issue_efficiency``). Counts come eit
 (static counts times loop trip counts, ``sass_counts``) or from Nsight Compute (``read_ncu_csv``).
 Everything here is arithmetic and text parsing: it runs, and is tested, without a GPU.
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from . import sass
 
 # Nsight Compute metrics the model reads: all warp instructions, FP32 and memory thread instructions.
-NCU_METRICS = ("smsp__inst_executed.sum",
-               "smsp__sass_thread_inst_executed_op_fp32_pred_on.sum",
-               "smsp__sass_thread_inst_executed_op_memory_pred_on.sum")
+NCU_METRICS = (
+    "smsp__inst_executed.sum",
+    "smsp__sass_thread_inst_executed_op_fp32_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_memory_pred_on.sum",
+)
 
 
 def ncu_stall_metric(reason: str) -> str:
@@ -34,15 +37,44 @@ def ncu_stall_metric(reason: str) -> str:
     return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
 
-FP32_OPS = {"FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSET", "FSETP", "FCHK", "FSWZADD", "FFMA32I",
-            "FADD32I", "FMUL32I"}
-LDST_OPS = {"LD", "LDG", "LDS", "LDL", "LDC", "LDSM", "LDGSTS", "ST", "STG", "STS", "STL", "ATOM", "ATOMS",
-            "ATOMG", "RED", "LDGDEPBAR"}
+FP32_OPS = {
+    "FFMA",
+    "FADD",
+    "FMUL",
+    "FMNMX",
+    "FSEL",
+    "FSET",
+    "FSETP",
+    "FCHK",
+    "FSWZADD",
+    "FFMA32I",
+    "FADD32I",
+    "FMUL32I",
+}
+LDST_OPS = {
+    "LD",
+    "LDG",
+    "LDS",
+    "LDL",
+    "LDC",
+    "LDSM",
+    "LDGSTS",
+    "ST",
+    "STG",
+    "STS",
+    "STL",
+    "ATOM",
+    "ATOMS",
+    "ATOMG",
+    "RED",
+    "LDGDEPBAR",
+}
 
 
 @dataclass(frozen=True)
 class Counts:
     """Executed warp instructions by class (any consistent scope: per thread, per warp, whole kernel)."""
+
     fp32: float
     ldst: float
     other: float
@@ -51,7 +83,7 @@ class Counts:
     def total(self) -> float:
         return self.fp32 + self.ldst + self.other
 
-    def scaled(self, factor: float) -> "Counts":
+    def scaled(self, factor: float) -> Counts:
         return Counts(self.fp32 * factor, self.ldst * factor, self.other * factor)
 
 
@@ -95,12 +127,22 @@ def efficiency(counts: Counts, w: Weights, slots=taking_turns) -> float:
     return counts.fp32 * w.compute / denominator
 
 
-SMEM_RESERVED = 1024   # shared memory the driver reserves for each resident block (sm_80, sm_90)
+SMEM_RESERVED = 1024  # shared memory the driver reserves for each resident block (sm_80, sm_90)
 
 
-def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads: int = 2048,
-                  regs_per_sm: int = 65536, smem_per_sm: int = 233472, max_blocks: int = 32,
-                  reg_granule: int = 256, smem_reserved: int = SMEM_RESERVED, sub_partitions: int = 4) -> int:
+def blocks_per_sm(
+    threads: int,
+    registers: int,
+    smem_bytes: int,
+    *,
+    max_threads: int = 2048,
+    regs_per_sm: int = 65536,
+    smem_per_sm: int = 233472,
+    max_blocks: int = 32,
+    reg_granule: int = 256,
+    smem_reserved: int = SMEM_RESERVED,
+    sub_partitions: int = 4,
+) -> int:
     """Resident blocks per SM allowed by threads, registers and shared memory (H100 defaults), as
     cuda_occupancy.h counts them: a warp's registers are allocated in granules, and each of the SM's
     ``sub_partitions`` holds whole warps in its share of the register file; each block also reserves
@@ -108,8 +150,12 @@ def blocks_per_sm(threads: int, registers: int, smem_bytes: int, *, max_threads:
     if threads < 1 or registers < 1 or smem_bytes < 0:
         raise ValueError(f"need threads >= 1, registers >= 1, smem >= 0; got {threads}, {registers}, {smem_bytes}")
     warps = math.ceil(threads / 32)
-    limits = [max_threads // (warps * 32), register_warps(registers, regs_per_sm, reg_granule, sub_partitions) // warps,
-              max_blocks, smem_per_sm // (smem_bytes + smem_reserved)]
+    limits = [
+        max_threads // (warps * 32),
+        register_warps(registers, regs_per_sm, reg_granule, sub_partitions) // warps,
+        max_blocks,
+        smem_per_sm // (smem_bytes + smem_reserved),
+    ]
     return max(0, min(limits))
 
 
@@ -135,8 +181,15 @@ def tail_bounds(blocks: int, sms: int, resident_blocks: int) -> tuple[int, int]:
     return math.ceil(rest / sms), min(resident_blocks, rest)
 
 
-def wave_blocks(blocks: int, sms: int, warps_per_block: int, resident_blocks: int, schedulers: int = 4,
-                efficiency=None, tail_per_sm: int | None = None) -> list[int]:
+def wave_blocks(
+    blocks: int,
+    sms: int,
+    warps_per_block: int,
+    resident_blocks: int,
+    schedulers: int = 4,
+    efficiency=None,
+    tail_per_sm: int | None = None,
+) -> list[int]:
     """Blocks the busiest SM runs in each wave of a launch: ``resident_blocks`` per full wave, then the
     last, partial wave of r blocks.
 
@@ -163,8 +216,15 @@ def wave_blocks(blocks: int, sms: int, warps_per_block: int, resident_blocks: in
     return [resident_blocks] * full + [tail]
 
 
-def occupancy_ratio(blocks: int, sms: int, warps_per_block: int, resident_blocks: int,
-                    schedulers: int = 4, efficiency=None, tail_per_sm: int | None = None) -> float:
+def occupancy_ratio(
+    blocks: int,
+    sms: int,
+    warps_per_block: int,
+    resident_blocks: int,
+    schedulers: int = 4,
+    efficiency=None,
+    tail_per_sm: int | None = None,
+) -> float:
     """The fraction of the machine's issue slots a launch can use, from blocks, SMs and warps.
 
     Blocks go out in waves of up to ``resident_blocks`` per SM (``wave_blocks``: how many the busiest
@@ -191,14 +251,27 @@ class Prediction:
     bound: str
 
     def __str__(self) -> str:
-        return (f"{self.gflops:,.0f} GFLOP/s ({self.ms:.4g} ms): E = {self.efficiency:.3f}, "
-                f"occupancy ratio = {self.occupancy:.3f}, {self.bound}-bound")
+        return (
+            f"{self.gflops:,.0f} GFLOP/s ({self.ms:.4g} ms): E = {self.efficiency:.3f}, "
+            f"occupancy ratio = {self.occupancy:.3f}, {self.bound}-bound"
+        )
 
 
-def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occupancy: float = 1.0,
-            bytes_moved: float | None = None, bandwidth_gbps: float | None = None,
-            wavefronts: float | None = None, wavefront_rate: float | None = None,
-            fp32_flops: float | None = None, epilogue_bytes: float | None = None, slots=taking_turns) -> Prediction:
+def predict(
+    flops: float,
+    counts: Counts,
+    w: Weights,
+    *,
+    peak_gflops: float,
+    occupancy: float = 1.0,
+    bytes_moved: float | None = None,
+    bandwidth_gbps: float | None = None,
+    wavefronts: float | None = None,
+    wavefront_rate: float | None = None,
+    fp32_flops: float | None = None,
+    epilogue_bytes: float | None = None,
+    slots=taking_turns,
+) -> Prediction:
     """Predicted rate: peak x E x occupancy ratio, unless a memory side is slower -- DRAM (bytes /
     bandwidth) or the L1 data pipe (``wavefronts`` / ``wavefront_rate``) -- plus the epilogue.
 
@@ -228,7 +301,9 @@ def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occ
     bounds = {"compute": flops / (peak_gflops * e * useful * occupancy * 1e9) * 1e3}
     if bytes_moved is not None:
         if bytes_moved < 0 or not bandwidth_gbps or bandwidth_gbps <= 0:
-            raise ValueError(f"need bytes_moved >= 0 and a positive bandwidth_gbps; got {bytes_moved}, {bandwidth_gbps}")
+            raise ValueError(
+                f"need bytes_moved >= 0 and a positive bandwidth_gbps; got {bytes_moved}, {bandwidth_gbps}"
+            )
         bounds["memory"] = bytes_moved / (bandwidth_gbps * 1e9) * 1e3
     if wavefronts is not None:
         if not wavefront_rate or wavefront_rate <= 0 or wavefronts < 0:
@@ -238,12 +313,15 @@ def predict(flops: float, counts: Counts, w: Weights, *, peak_gflops: float, occ
     ms = bounds[bound]
     if epilogue_bytes is not None:
         if epilogue_bytes < 0 or not bandwidth_gbps or bandwidth_gbps <= 0:
-            raise ValueError(f"need epilogue_bytes >= 0 and a positive bandwidth_gbps; got {epilogue_bytes}, {bandwidth_gbps}")
+            raise ValueError(
+                f"need epilogue_bytes >= 0 and a positive bandwidth_gbps; got {epilogue_bytes}, {bandwidth_gbps}"
+            )
         ms += epilogue_bytes / (bandwidth_gbps * 1e9) * 1e3
     return Prediction(flops / (ms * 1e-3) / 1e9, ms, e, occupancy, bound)
 
 
 # --- counts from Nsight Compute -------------------------------------------------------------
+
 
 def counts_from_ncu(inst_executed: float, fp32_thread: float, memory_thread: float, warp_size: int = 32) -> Counts:
     """Warp-instruction classes from the three NCU_METRICS (thread counts / 32: full warps assumed)."""
@@ -260,7 +338,7 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[list[str]]]:
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if '"Metric Name"' in line), None)
     if start is None:
-        raise ValueError("no ncu CSV header (a line with \"Metric Name\") found")
+        raise ValueError('no ncu CSV header (a line with "Metric Name") found')
     table = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     return table[0], table[1:]
 
@@ -268,9 +346,12 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[list[str]]]:
 def ncu_values(text: str):
     """(kernel name without its parameter list, metric, value) for every row of ``ncu --csv`` output."""
     header, rows = ncu_csv_table(text)
-    for row in (dict(zip(header, values)) for values in rows):
-        yield (re.sub(r"\(.*", "", row["Kernel Name"]).strip(), row.get("Metric Name"),
-               float(row["Metric Value"].replace(",", "")))
+    for row in (dict(zip(header, values, strict=True)) for values in rows):
+        yield (
+            re.sub(r"\(.*", "", row["Kernel Name"]).strip(),
+            row.get("Metric Name"),
+            float(row["Metric Value"].replace(",", "")),
+        )
 
 
 def read_ncu_csv(text: str) -> dict[str, Counts]:
@@ -301,9 +382,9 @@ def read_ncu_metric(text: str, metric: str) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Loop:
-    start: int   # address of the first instruction of the body (the branch target)
-    end: int     # address of the last backward branch to it
-    depth: int   # 0 = outermost
+    start: int  # address of the first instruction of the body (the branch target)
+    end: int  # address of the last backward branch to it
+    depth: int  # 0 = outermost
 
 
 def classify(opcode: str, predicate: str = "") -> str:
@@ -330,7 +411,7 @@ def parse_sass(text: str, kernel: str | None = None) -> list[sass.Instruction]:
     ends = [i for i, ins in enumerate(instructions) if ins.base in ("EXIT", "BRA", "RET")]
     if not ends:
         raise ValueError("no SASS instructions (or no EXIT) found in the text")
-    return instructions[:ends[-1] + 1]
+    return instructions[: ends[-1] + 1]
 
 
 def find_loops(instructions: list[sass.Instruction]) -> list[Loop]:
@@ -341,8 +422,10 @@ def find_loops(instructions: list[sass.Instruction]) -> list[Loop]:
         if len(body) > 1:
             ends[body[0].address] = max(ends.get(body[0].address, 0), body[-1].address)
     spans = sorted(ends.items(), key=lambda se: (se[0], -se[1]))
-    return [Loop(start, end, sum(1 for s, e in spans if (s, e) != (start, end) and s <= start and end <= e))
-            for start, end in spans]
+    return [
+        Loop(start, end, sum(1 for s, e in spans if (s, e) != (start, end) and s <= start and end <= e))
+        for start, end in spans
+    ]
 
 
 def static_counts(instructions: list[sass.Instruction], start: int | None = None, end: int | None = None) -> Counts:
@@ -367,7 +450,7 @@ def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Cou
     n = {"fp32": 0.0, "ldst": 0.0, "other": 0.0}
     for ins in instructions:
         factor = 1.0
-        for loop, trip in zip(loops, trips):
+        for loop, trip in zip(loops, trips, strict=True):
             if loop.start <= ins.address <= loop.end:
                 factor *= trip
         n[classify(ins.opcode, ins.predicate)] += factor
@@ -379,6 +462,7 @@ def sass_counts(instructions: list[sass.Instruction], trips: list[float]) -> Cou
 # scheduler that fails when one warp's loop body waits longer on its own results (shared loads,
 # global loads feeding shared stores, barriers) than the other warps take to issue theirs.
 
+
 @dataclass(frozen=True)
 class Latencies:
     """Cycles from issue until a result can be used, measured on the GPU: fixed-latency ALU/FMA,
@@ -386,6 +470,7 @@ class Latencies:
     load (``global_``: an L2 hit in a small working set; ``l1``: an L1 hit; ``l2_far``: an L2 hit in a
     working set larger than the near half of the L2 -- callers that know where their loads hit pick one;
     0 if not measured), and the time a warp spends in a barrier when its block's warps arrive together."""
+
     alu: float
     shared: float
     global_: float
@@ -396,9 +481,35 @@ class Latencies:
 
 SHARED_LATENCY_OPS = {"LDS", "LDSM", "LDC", "S2R", "S2UR", "MUFU", "I2F", "F2I", "SHFL", "POPC", "FLO", "BREV"}
 GLOBAL_LATENCY_OPS = {"LD", "LDG", "LDL", "ATOM", "ATOMG"}
-NO_DESTINATION = {"ST", "STS", "STG", "STL", "RED", "BAR", "BRA", "BSSY", "BSYNC", "WARPSYNC", "NOP", "EXIT",
-                  "LDGSTS", "DEPBAR", "LDGDEPBAR", "BREAK", "CALL", "RET", "YIELD", "MEMBAR", "FENCE", "CCTL",
-                  "ARRIVES", "SYNCS", "ERRBAR", "BPT", "RPCMOV"}
+NO_DESTINATION = {
+    "ST",
+    "STS",
+    "STG",
+    "STL",
+    "RED",
+    "BAR",
+    "BRA",
+    "BSSY",
+    "BSYNC",
+    "WARPSYNC",
+    "NOP",
+    "EXIT",
+    "LDGSTS",
+    "DEPBAR",
+    "LDGDEPBAR",
+    "BREAK",
+    "CALL",
+    "RET",
+    "YIELD",
+    "MEMBAR",
+    "FENCE",
+    "CCTL",
+    "ARRIVES",
+    "SYNCS",
+    "ERRBAR",
+    "BPT",
+    "RPCMOV",
+}
 _REGISTER = re.compile(r"(?<![\w.])(U?R|U?P)(\d+)(?:\.64)?")
 
 
@@ -465,8 +576,9 @@ def _depbar_keep(ins: sass.Instruction) -> int:
     return int(m.group(1), 0) if m else 0
 
 
-def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 1, warps_per_block: int = 1,
-                     iterations: int = 3) -> float:
+def scheduler_cycles(
+    body: list[sass.Instruction], lat: Latencies, warps: int = 1, warps_per_block: int = 1, iterations: int = 3
+) -> float:
     """Cycles one scheduler needs per iteration of ``body`` (instructions in issue order, inner loops
     already unrolled into it) with ``warps`` identical warps, in steady state: the mean of
     ``iterations`` iterations after the first, all warps starting together as a launch's blocks do.
@@ -476,9 +588,10 @@ def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 
     reads is ready, or a load still writes a register it overwrites (a register scoreboard): after
     ``lat.alu`` cycles for ALU/FMA results, ``lat.shared`` for shared/MIO loads, ``lat.global_`` for
     global loads. A barrier waits until the ``warps_per_block`` warps of its block on this scheduler
-    have arrived (its warps on the other schedulers run the same schedule), then ``lat.barrier``. cp.async (LDGSTS) copies
-    land after the global latency; DEPBAR.LE SB0, n waits until all but the n most recent commit
-    groups (LDGDEPBAR) have landed. Branches are taken as falling through, as ``sass_counts`` counts."""
+    have arrived (its warps on the other schedulers run the same schedule), then ``lat.barrier``.
+    cp.async (LDGSTS) copies land after the global latency; DEPBAR.LE SB0, n waits until all but the n
+    most recent commit groups (LDGDEPBAR) have landed. Branches are taken as falling through, as
+    ``sass_counts`` counts."""
     if not body:
         raise ValueError("empty loop body")
     if warps < 1 or warps_per_block < 1 or warps % warps_per_block:
@@ -486,12 +599,12 @@ def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 
     operands = [register_operands(ins) for ins in body]
     n_total = len(body) * iterations
     pc = [0] * warps
-    ready = [dict() for _ in range(warps)]      # register -> cycle its value can be read
-    loading = [dict() for _ in range(warps)]    # register -> cycle a load's write lands (no overtaking)
-    groups = [[] for _ in range(warps)]     # landing times of committed cp.async groups, oldest first
-    pending = [0.0] * warps                 # latest landing of cp.asyncs not yet committed
-    hold = [0.0] * warps                    # earliest cycle the warp may issue again (barrier, DEPBAR)
-    at_barrier: dict[int, list[int]] = {}   # block -> warps waiting in its barrier
+    ready = [dict() for _ in range(warps)]  # register -> cycle its value can be read
+    loading = [dict() for _ in range(warps)]  # register -> cycle a load's write lands (no overtaking)
+    groups = [[] for _ in range(warps)]  # landing times of committed cp.async groups, oldest first
+    pending = [0.0] * warps  # latest landing of cp.asyncs not yet committed
+    hold = [0.0] * warps  # earliest cycle the warp may issue again (barrier, DEPBAR)
+    at_barrier: dict[int, list[int]] = {}  # block -> warps waiting in its barrier
     iteration_end = [[0.0] * iterations for _ in range(warps)]
 
     def issue_time(w: int) -> float:
@@ -501,7 +614,7 @@ def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 
         writes, reads = operands[pc[w] % len(body)]
         t = max([hold[w]] + [ready[w].get(r, 0.0) for r in reads] + [loading[w].get(r, 0.0) for r in writes])
         if ins.base == "DEPBAR":
-            t = max([t] + groups[w][:max(0, len(groups[w]) - _depbar_keep(ins))])
+            t = max([t] + groups[w][: max(0, len(groups[w]) - _depbar_keep(ins))])
         return t
 
     now, last = 0.0, -1
@@ -524,7 +637,7 @@ def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 
             groups[w].append(pending[w])
         elif ins.base == "DEPBAR":
             keep = _depbar_keep(ins)
-            groups[w] = groups[w][max(0, len(groups[w]) - keep):] if keep else []
+            groups[w] = groups[w][max(0, len(groups[w]) - keep) :] if keep else []
         hold[w] = now + 1
         pc[w] += 1
         if pc[w] % len(body) == 0:
@@ -537,7 +650,7 @@ def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 
                 for v in waiting:
                     hold[v] = now + lat.barrier
                 del at_barrier[block]
-        last, now = w, now + 1   # one issue per cycle
+        last, now = w, now + 1  # one issue per cycle
     ends = [max(e[i] for e in iteration_end) for i in range(iterations)]
     return (ends[-1] - ends[0]) / (iterations - 1) if iterations > 1 else ends[-1]
 
@@ -545,10 +658,13 @@ def scheduler_cycles(body: list[sass.Instruction], lat: Latencies, warps: int = 
 def expand_loop(instructions: list[sass.Instruction], loop: Loop, trips: dict[int, float]) -> list[sass.Instruction]:
     """One iteration of ``loop``'s body in issue order, with each loop nested inside it repeated by its
     trip count (``trips``: loop start address -> iterations per entry; rounded to whole iterations)."""
-    inner = [lp for lp in find_loops(instructions)
-             if loop.start <= lp.start and lp.end <= loop.end and (lp.start, lp.end) != (loop.start, loop.end)]
+    inner = [
+        lp
+        for lp in find_loops(instructions)
+        if loop.start <= lp.start and lp.end <= loop.end and (lp.start, lp.end) != (loop.start, loop.end)
+    ]
     body = [i for i in instructions if loop.start <= i.address <= loop.end]
-    for lp in sorted(inner, key=lambda lp: -lp.depth):   # innermost first
+    for lp in sorted(inner, key=lambda lp: -lp.depth):  # innermost first
         n = max(1, round(trips.get(lp.start, 1)))
         start = next(k for k, i in enumerate(body) if i.address == lp.start)
         stop = max(k for k, i in enumerate(body) if i.address <= lp.end) + 1
@@ -561,5 +677,7 @@ def issue_efficiency(warps: float, issue_cycles: float, latency_cycles: float) -
     (weighted issue slots) each per iteration, and the iteration takes ``latency_cycles``
     (``scheduler_cycles``) when latency, not throughput, sets the pace: min(1, warps x issue / latency)."""
     if warps <= 0 or issue_cycles <= 0 or latency_cycles <= 0:
-        raise ValueError(f"need positive warps, issue and latency cycles; got {warps}, {issue_cycles}, {latency_cycles}")
+        raise ValueError(
+            f"need positive warps, issue and latency cycles; got {warps}, {issue_cycles}, {latency_cycles}"
+        )
     return min(1.0, warps * issue_cycles / latency_cycles)

@@ -4,6 +4,7 @@ quoting one agrees with the others (the probes measure the latencies, the machin
 Each comes from this run's GPU where its rows exist, else from the reference GPU's, with the name of the
 GPU that measured it, so the prose can say where a number comes from.
 """
+
 from __future__ import annotations
 
 from . import device, results
@@ -15,8 +16,11 @@ def stored(chapter: str, kernel: str, metric: str, problem: str | None = None) -
     if device.on_gpu():
         slugs.insert(0, device.environment()["gpu_slug"])
     for slug in slugs:
-        rows = [r for r in results.load(chapter, slug)
-                if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])]
+        rows = [
+            r
+            for r in results.load(chapter, slug)
+            if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])
+        ]
         if rows:
             newest = max(rows, key=lambda r: r["date"])
             return float(newest["value"]), newest["gpu"]

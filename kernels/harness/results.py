@@ -9,6 +9,7 @@ recording at once neither write the header twice nor mix their rows.
 repository root (ROOT), wherever the process runs: the notebooks' kernel runs in notebooks/,
 scripts/rerun.py in the root, and both must name the same folder.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,7 +23,7 @@ from pathlib import Path
 from . import device
 
 ROOT = Path(__file__).resolve().parents[2]
-REPOSITORY = ROOT / "data" / "results"   # the committed runs
+REPOSITORY = ROOT / "data" / "results"  # the committed runs
 ENV_COLUMNS = ("date", "commit", "gpu", "driver", "cuda_runtime", "sm_clock_mhz", "mem_clock_mhz")
 # The GPU whose runs the committed notebooks show; in the simulator, timing cells show its rows.
 REFERENCE_GPU = "nvidia-h100-80gb-hbm3"
@@ -49,9 +50,11 @@ def gpu_folder(gpu_slug: str, root: Path | None = None) -> Path:
     base = Path(root or RESULTS)
     installed = not (ROOT / "data").is_dir() or {"site-packages", "dist-packages"} & set(ROOT.parts)
     if installed and base.resolve().is_relative_to(ROOT):
-        raise RuntimeError(f"results: {base} is inside {ROOT}, a copy of the package installed without the "
-                           "repository's data/: install the repository with `pip install -e .`, or set "
-                           "BOOK_RESULTS to an absolute folder for your results")
+        raise RuntimeError(
+            f"results: {base} is inside {ROOT}, a copy of the package installed without the "
+            "repository's data/: install the repository with `pip install -e .`, or set "
+            "BOOK_RESULTS to an absolute folder for your results"
+        )
     folder = base / gpu_slug
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -102,8 +105,8 @@ def _append(path: Path, text: str) -> None:
     The header goes first into an empty file (decided under the lock: two processes creating the file
     at once write it once); an existing file's header must be COLUMNS; a last line without its newline
     (a writer killed mid-row) is ended first, so the new rows are never glued to it."""
-    with path.open("a+b") as f:          # appends go to the end whatever the position read from
-        fcntl.flock(f, fcntl.LOCK_EX)   # released when the file closes
+    with path.open("a+b") as f:  # appends go to the end whatever the position read from
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             buffer = io.StringIO()
@@ -113,11 +116,13 @@ def _append(path: Path, text: str) -> None:
             f.seek(0)
             header = next(csv.reader([f.readline().decode(errors="replace")]), [])
             if tuple(header) != COLUMNS:
-                raise ValueError(f"{path}: its header {header} is not {list(COLUMNS)}; appending would shift "
-                                 "every field: move the file aside (or add the missing columns) first")
+                raise ValueError(
+                    f"{path}: its header {header} is not {list(COLUMNS)}; appending would shift "
+                    "every field: move the file aside (or add the missing columns) first"
+                )
             f.seek(size - 1)
             if f.read(1) != b"\n":
-                text = "\r\n" + text   # csv's line ending, as in the rest of the file
+                text = "\r\n" + text  # csv's line ending, as in the rest of the file
         f.write(text.encode())
         f.flush()
         os.fsync(f.fileno())
@@ -145,7 +150,7 @@ def read(path: Path) -> list[dict]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
+        line = data[: e.start].count(b"\n") + 1
         raise ValueError(f"{path}, line {line}: not UTF-8 ({e.reason})") from e
     if data and not data.endswith(b"\n"):
         last = text.count("\n") + 1
@@ -162,7 +167,7 @@ def read(path: Path) -> list[dict]:
                 continue
             if len(fields) != len(COLUMNS):
                 raise ValueError(f"{where}: expected {len(COLUMNS)} fields, got {len(fields)}: {fields}")
-            row = dict(zip(COLUMNS, fields))
+            row = dict(zip(COLUMNS, fields, strict=True))
             if not finite(row["value"]):
                 raise ValueError(f"{where}, field 'value': expected a finite number, got {row['value']!r}")
             rows.append(row)
@@ -210,8 +215,17 @@ def compare(mine: dict, reference: dict) -> list[dict]:
     for key, row in sorted(mine.items()):
         ours = float(row["value"])
         theirs = float(reference[key]["value"]) if key in reference else None
-        out.append({"kernel": key[0], "problem": key[1], "metric": key[2], "unit": row["unit"],
-                    "mine": ours, "reference": theirs, "ratio": ours / theirs if theirs else None})
+        out.append(
+            {
+                "kernel": key[0],
+                "problem": key[1],
+                "metric": key[2],
+                "unit": row["unit"],
+                "mine": ours,
+                "reference": theirs,
+                "ratio": ours / theirs if theirs else None,
+            }
+        )
     return out
 
 

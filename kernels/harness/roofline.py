@@ -4,6 +4,7 @@ A kernel must do ``flops`` operations and move at least ``bytes_moved`` bytes th
 measured FP32 rate and copy bandwidth these give two times, and the larger is the floor no version
 can beat by much.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ class Floor:
         return "memory" if self.memory_ms >= self.compute_ms else "compute"
 
     def __str__(self) -> str:
-        return (f"compute {self.compute_ms:.4g} ms, memory {self.memory_ms:.4g} ms -> "
-                f"floor {self.floor_ms:.4g} ms ({self.bound}-bound)")
+        return (
+            f"compute {self.compute_ms:.4g} ms, memory {self.memory_ms:.4g} ms -> "
+            f"floor {self.floor_ms:.4g} ms ({self.bound}-bound)"
+        )
 
 
 def floor(flops: float, bytes_moved: float, *, gflops: float, gbps: float) -> Floor:
@@ -44,19 +47,32 @@ def attainable(intensity: float, *, gflops: float, gbps: float) -> float:
     return min(gflops, intensity * gbps)
 
 
-def plot(*, gflops: float, gbps: float, points: dict | None = None, roofs: dict | None = None, ax=None,
-         title: str = "Roofline"):
+def plot(
+    *,
+    gflops: float,
+    gbps: float,
+    points: dict | None = None,
+    roofs: dict | None = None,
+    ax=None,
+    title: str = "Roofline",
+):
     """Log-log roofline: the DRAM slope, the FP32 roof, extra ``roofs`` {label: GFLOP/s or (GB/s, 'bw')},
     and ``points`` {label: (FLOP/byte, GFLOP/s)}."""
     import matplotlib.pyplot as plt
     import numpy as np
+
     _ceilings(gflops, gbps)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     ridge = gflops / gbps
     x = np.logspace(np.log10(ridge) - 3, np.log10(ridge) + 2, 200)
-    ax.loglog(x, np.minimum(gflops, x * gbps), "k-", lw=2,
-              label=f"DRAM {gbps / 1e3:.2f} TB/s, FP32 {gflops / 1e3:.1f} TFLOP/s")
+    ax.loglog(
+        x,
+        np.minimum(gflops, x * gbps),
+        "k-",
+        lw=2,
+        label=f"DRAM {gbps / 1e3:.2f} TB/s, FP32 {gflops / 1e3:.1f} TFLOP/s",
+    )
     for label, value in (roofs or {}).items():
         if isinstance(value, tuple):  # a bandwidth slope (GB/s, "bw")
             ax.loglog(x, np.minimum(gflops, x * value[0]), "--", label=label)

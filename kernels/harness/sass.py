@@ -6,6 +6,7 @@ with the CUDA toolkit (``/usr/local/cuda/bin``) and, for CPU machines, in the Py
 ``nvidia-cuda-nvdisasm``; ``cuobjdump -sass`` is the fallback. Without either, ``disassemble`` raises
 ``SassUnavailable`` with one line saying so.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,16 @@ from . import device
 
 # Instruction classes a probe's evidence is about: name -> opcode prefix (the part before the first dot).
 CLASSES = {
-    "FFMA": ("FFMA",), "DFMA": ("DFMA",), "global load": ("LDG",), "global store": ("STG",),
-    "shared load": ("LDS",), "shared store": ("STS",), "local load (spill)": ("LDL",),
-    "local store (spill)": ("STL",), "branch": ("BRA",), "constant load": ("LDC",),
+    "FFMA": ("FFMA",),
+    "DFMA": ("DFMA",),
+    "global load": ("LDG",),
+    "global store": ("STG",),
+    "shared load": ("LDS",),
+    "shared store": ("STS",),
+    "local load (spill)": ("LDL",),
+    "local store (spill)": ("STL",),
+    "branch": ("BRA",),
+    "constant load": ("LDC",),
 }
 
 
@@ -33,9 +41,9 @@ class SassUnavailable(RuntimeError):
 class Instruction:
     address: int
     predicate: str
-    opcode: str      # with modifiers, e.g. "LDG.E.64"
+    opcode: str  # with modifiers, e.g. "LDG.E.64"
     operands: str
-    label: str       # the label that precedes this instruction, if any ("" otherwise)
+    label: str  # the label that precedes this instruction, if any ("" otherwise)
 
     @property
     def base(self) -> str:
@@ -45,8 +53,11 @@ class Instruction:
     @property
     def uniform(self) -> bool:
         """Runs on the uniform datapath: a U-opcode (ULDC, UIADD3, ...), S2UR/R2UR, or a UR operand."""
-        return (self.base.startswith("U") or self.base in ("S2UR", "R2UR")
-                or re.search(r"\bUR\d+", self.operands) is not None)
+        return (
+            self.base.startswith("U")
+            or self.base in ("S2UR", "R2UR")
+            or re.search(r"\bUR\d+", self.operands) is not None
+        )
 
     def __str__(self) -> str:
         pred = f"{self.predicate} " if self.predicate else ""
@@ -56,10 +67,11 @@ class Instruction:
 def find_tool() -> tuple[str, str]:
     """('nvdisasm' or 'cuobjdump', path) of the first disassembler found (``device.cuda_program``)."""
     for name in ("nvdisasm", "cuobjdump"):
-        if (path := device.cuda_program(name)):
+        if path := device.cuda_program(name):
             return name, path
-    raise SassUnavailable("SASS needs nvdisasm or cuobjdump: install the CUDA toolkit or "
-                          "`pip install nvidia-cuda-nvdisasm`")
+    raise SassUnavailable(
+        "SASS needs nvdisasm or cuobjdump: install the CUDA toolkit or `pip install nvidia-cuda-nvdisasm`"
+    )
 
 
 def available() -> bool:
@@ -97,14 +109,15 @@ def parse(text: str) -> dict[str, list[Instruction]]:
     kernels: dict[str, list[Instruction]] = {}
     current, label = None, ""
     for line in text.splitlines():
-        if (m := _FUNC_NVDISASM.match(line) or _FUNC_CUOBJDUMP.match(line)):
+        if m := _FUNC_NVDISASM.match(line) or _FUNC_CUOBJDUMP.match(line):
             current, label = m.group(1), ""
             kernels[current] = []
-        elif (m := _LABEL.match(line)):
+        elif m := _LABEL.match(line):
             label = m.group(1)
         elif current and (m := _INSN.search(line)):
-            kernels[current].append(Instruction(int(m.group(1), 16), (m.group(2) or "").strip(),
-                                                m.group(3), m.group(4).strip(), label))
+            kernels[current].append(
+                Instruction(int(m.group(1), 16), (m.group(2) or "").strip(), m.group(3), m.group(4).strip(), label)
+            )
             label = ""
     return kernels
 
@@ -147,7 +160,7 @@ def loops(instructions: list[Instruction]) -> list[list[Instruction]]:
         if insn.base == "BRA":
             target = re.search(r"(\.L\w+)", insn.operands)
             if target and target.group(1) in at_label and at_label[target.group(1)] <= n:
-                bodies.append(instructions[at_label[target.group(1)]:n + 1])
+                bodies.append(instructions[at_label[target.group(1)] : n + 1])
     return sorted(bodies, key=len)
 
 
@@ -167,8 +180,7 @@ def register_reads(insn: Instruction) -> list[tuple[int, int, bool]]:
         sources = ops[2:]
     else:
         sources = ops[1:]
-    return [(slot, int(m.group(1)), bool(m.group(2))) for slot, o in enumerate(sources)
-            for m in _GPR.finditer(o)]
+    return [(slot, int(m.group(1)), bool(m.group(2))) for slot, o in enumerate(sources) for m in _GPR.finditer(o)]
 
 
 def bank_conflict(insn: Instruction, previous: Instruction | None = None, banks: int = 2) -> bool:
@@ -183,8 +195,11 @@ def bank_conflict(insn: Instruction, previous: Instruction | None = None, banks:
 
 def bank_conflicts(instructions: list[Instruction], opcode: str | None = None) -> int:
     """How many instructions (of base ``opcode``, or all) in a straight run have a register-bank conflict."""
-    return sum(bank_conflict(i, prev) for prev, i in zip([None] + instructions[:-1], instructions)
-               if opcode is None or i.base == opcode)
+    return sum(
+        bank_conflict(i, prev)
+        for prev, i in zip([None, *instructions], instructions, strict=False)  # the last is no one's predecessor
+        if opcode is None or i.base == opcode
+    )
 
 
 def listing(instructions: list[Instruction], limit: int = 60) -> str:

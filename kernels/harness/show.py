@@ -1,4 +1,5 @@
 """Show kernels and tables in a notebook: the source comes from its file in ``kernels/``, never a copy."""
+
 from __future__ import annotations
 
 import difflib
@@ -17,6 +18,7 @@ def source(path: str | Path, *, start: str | None = None, end: str | None = None
     ``start`` skips the lines before the first that contains it (keeping a decorator just above);
     ``end`` stops before the next line, after the first shown, that contains it."""
     from IPython.display import Code
+
     p = source_path(path)
     lines = p.read_text().splitlines(keepends=True)
     first = 0
@@ -39,15 +41,22 @@ def source(path: str | Path, *, start: str | None = None, end: str | None = None
 def diff(old: str | Path, new: str | Path, context: int = 3):
     """A unified diff between two kernel versions: the one idea the newer file adds."""
     from IPython.display import Code
+
     a, b = source_path(old), source_path(new)
-    lines = difflib.unified_diff(a.read_text().splitlines(keepends=True), b.read_text().splitlines(keepends=True),
-                                 fromfile=a.name, tofile=b.name, n=context)
+    lines = difflib.unified_diff(
+        a.read_text().splitlines(keepends=True),
+        b.read_text().splitlines(keepends=True),
+        fromfile=a.name,
+        tofile=b.name,
+        n=context,
+    )
     return Code("".join(lines), language="diff")
 
 
 def table(rows: list[dict], columns: list[str] | None = None, formats: dict | None = None):
     """A Markdown table from dicts; ``formats`` maps a column to a format spec such as '.3f'."""
     from IPython.display import Markdown
+
     if not rows:
         raise ValueError("table: no rows to show")
     columns = columns or list(rows[0])

@@ -8,6 +8,7 @@ without a verdict crashed or exited by itself, and the verdict says which (a ``s
 and named). The file runs in the process that writes its verdict, so a submission written to cheat
 the checker itself can still forge one: grade in a container or a throw-away account.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,9 +18,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .cuda_cpp import KERNELS
 
@@ -30,6 +31,7 @@ STDERR_LINES = 8  # of a crashed process, shown under its verdict
 @dataclass
 class Verdict:
     """What became of one file: PASS or FAIL (the checker's report), TIMEOUT, CRASH or EXIT."""
+
     path: Path
     label: str
     status: str
@@ -51,9 +53,14 @@ def grade(label: str, path: Path, timeout: float = TIMEOUT) -> Verdict:
         result, stderr = Path(tmp) / "verdict.json", Path(tmp) / "stderr"
         with open(stderr, "wb") as err:
             # Files, not pipes: a process the submission leaves behind cannot hold the grader waiting.
-            proc = subprocess.Popen([sys.executable, "-m", "kernels.harness.submission", label, str(path), str(result)],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kernels.harness.submission", label, str(path), str(result)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
             try:
                 code = proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -61,9 +68,15 @@ def grade(label: str, path: Path, timeout: float = TIMEOUT) -> Verdict:
             finally:
                 _kill_session(proc)
         if code is None:
-            return Verdict(path, label, "TIMEOUT", [
-                f"TIMEOUT  {label}: still running after {timeout:g} s, so stopped: an endless loop, or a kernel "
-                "far too slow for the simulator (smaller blocks? or grade with a larger --timeout)"])
+            return Verdict(
+                path,
+                label,
+                "TIMEOUT",
+                [
+                    f"TIMEOUT  {label}: still running after {timeout:g} s, so stopped: an endless loop, or a kernel "
+                    "far too slow for the simulator (smaller blocks? or grade with a larger --timeout)"
+                ],
+            )
         if result.exists():
             found = json.loads(result.read_text())
             return Verdict(path, label, found["status"], found["lines"])
@@ -98,6 +111,7 @@ def table(verdicts: list[Verdict]) -> str:
 
 # --- in the grading process -----------------------------------------------------------------------
 
+
 def _load_launch(path: Path) -> Callable:
     spec = importlib.util.spec_from_file_location(f"submission_{path.stem}", path)
     if spec is None or spec.loader is None:
@@ -126,4 +140,5 @@ def _grade_here(ex, path: Path, result: Path):
 
 if __name__ == "__main__":
     from kernels.harness import exercise  # the registry's module, the one the chapters' exercises import
+
     _grade_here(exercise.get(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))

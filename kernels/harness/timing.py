@@ -6,11 +6,12 @@ kernel the GPU would sit idle between launches, and an event pair would time the
 So a one-thread kernel first holds the GPU busy while the host enqueues every repetition; then
 they run back to back. Work between repetitions (an L2 flush) stays outside the events.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from . import check, device
 @dataclass(frozen=True)
 class Timing:
     """Per-launch times in milliseconds."""
+
     times_ms: tuple
 
     def __post_init__(self):
@@ -52,6 +54,7 @@ class L2Flush:
 
     def __init__(self):
         import cupy
+
         size = 2 * device.properties()["l2_bytes"]
         self._buf = cupy.empty(size // 4, dtype=cupy.float32)
 
@@ -59,8 +62,9 @@ class L2Flush:
         self._buf.fill(1.0)
 
 
-def benchmark(fn: Callable, args: Sequence[tuple] | None = None, *, warmup: int = 5, repeat: int = 50,
-              flush_l2: bool = False) -> Timing:
+def benchmark(
+    fn: Callable, args: Sequence[tuple] | None = None, *, warmup: int = 5, repeat: int = 50, flush_l2: bool = False
+) -> Timing:
     """Time ``fn`` with CUDA events.
 
     ``fn`` must only enqueue GPU work (no host synchronisation). With ``args``, repetition i calls
@@ -106,6 +110,7 @@ def benchmark(fn: Callable, args: Sequence[tuple] | None = None, *, warmup: int 
 
 def _hold_gpu(seconds: float):
     from .cuda_cpp import load
+
     load("harness/hold_gpu.cu", "hold_gpu")((1,), (1,), (np.uint64(seconds * 1e9),))
 
 

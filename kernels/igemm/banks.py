@@ -9,12 +9,13 @@ Run ``python -m kernels.igemm.banks`` under Nsight Compute to count the conflict
     ncu --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,\\
 l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum python -m kernels.igemm.banks
 """
+
 from __future__ import annotations
 
 import sys
 
 BANKS, WORD = 32, 4
-ACCESS_BYTES = (4, 8, 16)   # the widths wavefronts() models: a word, a pair, a 16-byte vector
+ACCESS_BYTES = (4, 8, 16)  # the widths wavefronts() models: a word, a pair, a 16-byte vector
 # (row stride, chunk stride) in bytes; a chunk is 8 halves of one row.
 LAYOUTS = {
     "row-major, 64-byte rows": (64, 16),
@@ -54,7 +55,7 @@ def wavefronts(addresses: list[int], nbytes: int = 16) -> int:
     total = 0
     for start in range(0, len(addresses), per_phase):
         words: dict[int, set] = {}
-        for a in addresses[start:start + per_phase]:
+        for a in addresses[start : start + per_phase]:
             for i in range(nbytes // WORD):
                 word = a // WORD + i
                 words.setdefault(word % BANKS, set()).add(word)
@@ -64,14 +65,21 @@ def wavefronts(addresses: list[int], nbytes: int = 16) -> int:
 
 def table() -> list[dict]:
     """Predicted wavefronts per warp (4 = conflict-free) for both patterns in every layout."""
-    return [{"layout": name, "copy-in (st.shared.v4)": wavefronts(store_addresses(name)),
-             "fragment read (ldmatrix.x4)": wavefronts(ldmatrix_addresses(name))} for name in LAYOUTS]
+    return [
+        {
+            "layout": name,
+            "copy-in (st.shared.v4)": wavefronts(store_addresses(name)),
+            "fragment read (ldmatrix.x4)": wavefronts(ldmatrix_addresses(name)),
+        }
+        for name in LAYOUTS
+    ]
 
 
 def measure(iters: int = 4096, blocks_per_sm: int = 8, threads: int = 512, repeat: int = 20) -> list[dict]:
     """Time both patterns in every layout on the GPU: ms and shared-memory GB/s."""
     from ..harness import cuda_cpp, device
     from ..harness.timing import benchmark
+
     if not device.on_gpu():
         raise RuntimeError("the bank-conflict measurement needs a GPU; wavefronts() gives the model's counts")
     import cupy
@@ -83,7 +91,7 @@ def measure(iters: int = 4096, blocks_per_sm: int = 8, threads: int = 512, repea
         kernel = cuda_cpp.load("igemm/smem_layout.cu", pattern)
         for name, (row_stride, chunk_stride) in LAYOUTS.items():
             args = (out, cupy.int32(iters), cupy.int32(row_stride), cupy.int32(chunk_stride))
-            t = benchmark(lambda: kernel((blocks,), (threads,), args), repeat=repeat)
+            t = benchmark(lambda kernel=kernel, args=args: kernel((blocks,), (threads,), args), repeat=repeat)
             gbps = blocks * threads * iters * 16 / (t.median_ms * 1e-3) / 1e9
             rows.append({"kernel": pattern, "problem": name, "metric": "GB/s", "value": gbps, "unit": "GB/s"})
     return rows
@@ -92,6 +100,7 @@ def measure(iters: int = 4096, blocks_per_sm: int = 8, threads: int = 512, repea
 def main() -> int:
     """Launch each pattern and layout once, for a profiler to count the conflicts."""
     from ..harness import cuda_cpp, device
+
     if not device.on_gpu():
         print("needs a CUDA GPU; without one there is nothing to profile")
         return 1

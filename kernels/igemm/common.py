@@ -7,32 +7,33 @@ The convolution, in the layouts cuDNN's NHWC kernels use:
 seen as a GEMM  Y[M, K] = A[M, RSC] @ B[K, RSC]^T  with M = N*P*Q: row m of A is the input patch under
 output pixel m ("img2col"), never materialized; row k of B is filter k as it lies in memory.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable
+from functools import cache
 
 import numpy as np
 
 from ..harness import check, device
 
-BLOCK_M = BLOCK_N = 128           # the block tile of steps 2-6 (the source's 128x128)
-THREADS = 128                     # steps 2-5: 4 warps of 64x64
-WGMMA_THREADS = 256               # step 6: 2 warpgroups of 64x128
-WS_BLOCK_N = 256                  # steps 7-8: 128x256 tiles, one copying and two multiplying warpgroups
+BLOCK_M = BLOCK_N = 128  # the block tile of steps 2-6 (the source's 128x128)
+THREADS = 128  # steps 2-5: 4 warps of 64x64
+WGMMA_THREADS = 256  # step 6: 2 warpgroups of 64x128
+WS_BLOCK_N = 256  # steps 7-8: 128x256 tiles, one copying and two multiplying warpgroups
 WS_THREADS = 384
-WS_REGISTERS = 168                # their setmaxnreg split adds up to 384 threads x 168 registers
-CHUNK = 8                         # fp16 channels per 16-byte load: C and K must be multiples of it
+WS_REGISTERS = 168  # their setmaxnreg split adds up to 384 threads x 168 registers
+CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
 # Steps 3-5: one 128x32 tile = 4 blocks of 128 rows x 8 halves (2048 B), 32 B apart (the source's gap).
 CHUNK_STRIDE_BYTES = 128 * 16 + 32
 TILE_BYTES = 4 * CHUNK_STRIDE_BYTES
-STAGE_BYTES = 2 * TILE_BYTES      # one A tile and one B tile
-EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2   # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
-WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2        # step 6: A and B tiles of 128 rows x 64 halves, swizzled
+STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
+EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
+WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
 WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-8: 128 rows of A and 256 of B, 64 halves each
-WGMMA_ALIGN = 1024                # steps 6-8's swizzled tiles start on 1024-byte boundaries
-MAX_ELEMENTS = 2**31 - 1          # the CUDA C++ steps index with 32-bit integers
+WGMMA_ALIGN = 1024  # steps 6-8's swizzled tiles start on 1024-byte boundaries
+MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
 
 STEPS = {
     1: ("igemm/v1_naive.py", "igemm_naive"),
@@ -44,10 +45,10 @@ STEPS = {
     7: ("igemm/v7_warp_specialized.cu", "igemm_v7_warp_specialized"),
     8: ("igemm/v8_tma_filters.cu", "igemm_v8_tma_filters"),
 }
-PIPELINED = (4, 5, 6, 7, 8)       # steps whose shared memory is dynamic: STAGES buffers of a stage each
-EPILOGUE = (5, 6, 7, 8)           # steps that take alpha, bias and ReLU
-WGMMA = (6, 7, 8)                 # steps built for sm_90a (Hopper's wgmma)
-SPECIALIZED = (7, 8)              # warp-specialized steps: 128x256 tiles, a grid of `blocks` walking them
+PIPELINED = (4, 5, 6, 7, 8)  # steps whose shared memory is dynamic: STAGES buffers of a stage each
+EPILOGUE = (5, 6, 7, 8)  # steps that take alpha, bias and ReLU
+WGMMA = (6, 7, 8)  # steps built for sm_90a (Hopper's wgmma)
+SPECIALIZED = (7, 8)  # warp-specialized steps: 128x256 tiles, a grid of `blocks` walking them
 # Steps 6-8 keep one wgmma batch in flight: 3 stages at least; 5 of steps 7-8's 48 KB no longer fit.
 STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5), 7: (3, 4), 8: (3, 4)}
 # The newest instruction of steps 2-5 and the compute capability it first exists on: NVRTC refuses it
@@ -58,6 +59,7 @@ NEEDS = {2: ("WMMA", 70), 3: ("mma.sync.m16n8k16", 80), 4: ("cp.async", 80), 5: 
 @dataclass(frozen=True)
 class Problem:
     """One convolution; ``k`` is the number of output channels (the GEMM's N)."""
+
     n: int
     h: int
     w: int
@@ -114,8 +116,10 @@ class Problem:
         return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
 
     def label(self) -> str:
-        return (f"x[{self.n},{self.h},{self.w},{self.c}] * w[{self.k},{self.r},{self.s},{self.c}] "
-                f"pad {self.pad} stride {self.stride}")
+        return (
+            f"x[{self.n},{self.h},{self.w},{self.c}] * w[{self.k},{self.r},{self.s},{self.c}] "
+            f"pad {self.pad} stride {self.stride}"
+        )
 
 
 # The source's problem (DIGEST 004): M = 50176, N = 512, K = 2304, 118.4 GFLOP.
@@ -129,7 +133,7 @@ ODD_PROBLEMS = (
     Problem(n=2, h=9, w=9, c=24, k=64, r=1, s=1, pad=0),
     Problem(n=5, h=14, w=14, c=256, k=512),
 )
-FIRST_LAYER = Problem(n=2, h=9, w=9, c=3, k=16)   # C = 3: only the naive step takes it
+FIRST_LAYER = Problem(n=2, h=9, w=9, c=3, k=16)  # C = 3: only the naive step takes it
 
 
 def gemm_problem(k: int, m: int = 4096, n: int = 4096) -> Problem:
@@ -142,8 +146,10 @@ def gemm_problem(k: int, m: int = 4096, n: int = 4096) -> Problem:
 
 def require_problem(problem) -> None:
     if not isinstance(problem, Problem):
-        raise TypeError(f"problem: expected a Problem (such as CI_PROBLEM or gemm_problem(k)), got "
-                        f"{type(problem).__name__} {problem!r}")
+        raise TypeError(
+            f"problem: expected a Problem (such as CI_PROBLEM or gemm_problem(k)), got "
+            f"{type(problem).__name__} {problem!r}"
+        )
 
 
 def check_step(step) -> None:
@@ -164,8 +170,9 @@ def _module(a):
     return np if isinstance(a, np.ndarray) else device.xp()
 
 
-def reference(x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False,
-              dtype=np.float32):
+def reference(
+    x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False, dtype=np.float32
+):
     """The convolution in ``dtype`` (NumPy or CuPy, following ``x``): one matrix product per filter tap.
 
     Float32 is enough to judge fp16 inputs (its rounding is 2^-24 against fp16's 2^-11) and keeps the
@@ -173,18 +180,20 @@ def reference(x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 
     """
     xp = _module(x)
     if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[3] != x.shape[3]:
-        raise ValueError(f"x and w: expected NHWC input and KRSC filters with the same channels (last axis), "
-                         f"got shapes {tuple(x.shape)} and {tuple(w.shape)}")
+        raise ValueError(
+            f"x and w: expected NHWC input and KRSC filters with the same channels (last axis), "
+            f"got shapes {tuple(x.shape)} and {tuple(w.shape)}"
+        )
     n, h, wd, c = x.shape
     k, r, s, _ = w.shape
     p, q = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
     padded = xp.zeros((n, h + 2 * pad, wd + 2 * pad, c), dtype=dtype)
-    padded[:, pad:pad + h, pad:pad + wd, :] = x
+    padded[:, pad : pad + h, pad : pad + wd, :] = x
     wf = w.astype(dtype)
     y = xp.zeros((n * p * q, k), dtype=dtype)
     for i in range(r):
         for j in range(s):
-            patch = padded[:, i:i + stride * (p - 1) + 1:stride, j:j + stride * (q - 1) + 1:stride, :]
+            patch = padded[:, i : i + stride * (p - 1) + 1 : stride, j : j + stride * (q - 1) + 1 : stride, :]
             y += patch.reshape(-1, c) @ wf[:, i, j, :].T
     y = alpha * y
     if bias is not None:
@@ -217,8 +226,10 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
             hint = " -- it looks like KCRS (PyTorch's layout): pass w.transpose(0, 2, 3, 1) made contiguous"
         elif x.shape[1] == cw:
             hint = " -- x looks like NCHW: pass x.transpose(0, 2, 3, 1) made contiguous"
-        raise ValueError(f"w: expected KRSC filters whose last axis matches x's channels C = {c} (NHWC); "
-                         f"got w of shape {tuple(w.shape)}{hint}")
+        raise ValueError(
+            f"w: expected KRSC filters whose last axis matches x's channels C = {c} (NHWC); "
+            f"got w of shape {tuple(w.shape)}{hint}"
+        )
     if isinstance(pad, bool) or not (isinstance(pad, (int, np.integer)) and pad >= 0):
         raise ValueError(f"pad must be an integer >= 0, got {pad!r}")
     if isinstance(stride, bool) or not (isinstance(stride, (int, np.integer)) and stride >= 1):
@@ -228,26 +239,35 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
         raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{wd} input (pad {pad})")
     if step >= 2:
         if c % CHUNK:
-            raise ValueError(f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
-                             f"channels (16 bytes) at a time; pad the channels with zeros "
-                             f"(a first layer's C = 3 becomes 8) or use step 1")
+            raise ValueError(
+                f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
+                f"channels (16 bytes) at a time; pad the channels with zeros "
+                f"(a first layer's C = 3 becomes 8) or use step 1"
+            )
         if k % CHUNK:
-            raise ValueError(f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
-                             f"store {CHUNK} channels at a time; pad the filters with zeros")
+            raise ValueError(
+                f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
+                f"store {CHUNK} channels at a time; pad the filters with zeros"
+            )
         for name, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
             if int(np.prod(shape)) > MAX_ELEMENTS:
-                raise ValueError(f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
-                                 f"with 32-bit integers (at most {MAX_ELEMENTS})")
+                raise ValueError(
+                    f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
+                    f"with 32-bit integers (at most {MAX_ELEMENTS})"
+                )
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
     if bias is not None:
         if step not in EPILOGUE:
-            raise ValueError(f"step {step} computes the plain convolution; bias, alpha and ReLU are "
-                             f"fused in steps {EPILOGUE}")
+            raise ValueError(
+                f"step {step} computes the plain convolution; bias, alpha and ReLU are fused in steps {EPILOGUE}"
+            )
         check.require_array(bias, "bias", dtype=np.float32, shape=(k,))
         if step in SPECIALIZED and check.address(bias) % 8:
-            raise ValueError(f"bias: steps {SPECIALIZED} read it two channels (8 bytes) at a time, so it "
-                             f"must be 8-byte aligned (a slice such as b[1:] may not be: pass a copy)")
+            raise ValueError(
+                f"bias: steps {SPECIALIZED} read it two channels (8 bytes) at a time, so it "
+                f"must be 8-byte aligned (a slice such as b[1:] may not be: pass a copy)"
+            )
     if out is not None:
         check.require_output(out, "out", {"x": x, "w": w, "bias": bias})
     if step >= 2:
@@ -291,18 +311,18 @@ def unsupported(step: int, props: dict, stages: int | None = None) -> str | None
     cc = int(props["cc"])
     here = f"this GPU is {cc / 10:.1f}"
     if step in WGMMA and cc != 90:
-        return (f"step {step} uses wgmma, which needs a Hopper GPU built for sm_90a "
-                f"(compute capability 9.0); {here}")
+        return f"step {step} uses wgmma, which needs a Hopper GPU built for sm_90a (compute capability 9.0); {here}"
     if step in NEEDS and cc < NEEDS[step][1]:
         what, need = NEEDS[step]
-        return (f"step {step} uses {what}, which needs compute capability {need / 10:.1f} (sm_{need}) "
-                f"or newer; {here}")
+        return f"step {step} uses {what}, which needs compute capability {need / 10:.1f} (sm_{need}) or newer; {here}"
     if step in PIPELINED:
         stages = default_stages(step) if stages is None else stages
         smem, limit = smem_bytes(step, stages), props["smem_per_block_optin_bytes"]
         if smem > limit:
-            return (f"step {step} with {stages} stages needs {smem:,} B of shared memory per block; "
-                    f"this GPU allows {limit:,} B")
+            return (
+                f"step {step} with {stages} stages needs {smem:,} B of shared memory per block; "
+                f"this GPU allows {limit:,} B"
+            )
     return None
 
 
@@ -319,14 +339,15 @@ def left_out(step: int, stages: int | None = None) -> bool:
     return bool(why)
 
 
-@lru_cache(maxsize=None)
+@cache
 def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
     """The compiled CUDA C++ kernel of ``step`` (2-8), with its dynamic shared memory allowed.
 
     ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
     from ..harness import cuda_cpp
+
     if device.on_gpu() and (why := unsupported(step, device.properties(), stages)):
-        raise RuntimeError(why)   # before compiling: NVRTC's or the driver's error would not say why
+        raise RuntimeError(why)  # before compiling: NVRTC's or the driver's error would not say why
     path, name = STEPS[step]
     if step not in PIPELINED:
         return cuda_cpp.load(path, name)
@@ -336,17 +357,31 @@ def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
         if step in SPECIALIZED and kernel.num_regs != WS_REGISTERS:
             # setmaxnreg only moves registers the block holds: with another count the consumers'
             # request would never be granted and the kernel would hang.
-            raise RuntimeError(f"step {step} was compiled to {kernel.num_regs} registers per thread; its "
-                               f"setmaxnreg split needs exactly {WS_REGISTERS}")
+            raise RuntimeError(
+                f"step {step} was compiled to {kernel.num_regs} registers per thread; its "
+                f"setmaxnreg split needs exactly {WS_REGISTERS}"
+            )
     else:
         kernel = cuda_cpp.load(path, name, options=options)
     kernel.max_dynamic_shared_size_bytes = smem_bytes(step, stages)
     return kernel
 
 
-def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0,
-             relu: bool = False, stages: int | None = None, x_bypass_l1: bool = False,
-             blocks: int | None = None) -> Callable[[], None]:
+def launcher(
+    step: int,
+    x,
+    w,
+    out,
+    *,
+    pad: int = 1,
+    stride: int = 1,
+    bias=None,
+    alpha: float = 1.0,
+    relu: bool = False,
+    stages: int | None = None,
+    x_bypass_l1: bool = False,
+    blocks: int | None = None,
+) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
     ``stages`` (steps 4-8 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-8
@@ -354,8 +389,7 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
     ``problem.ws_tiles()`` gives one block per tile."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
     if step not in EPILOGUE and (alpha != 1.0 or relu):
-        raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in "
-                         f"steps {EPILOGUE}")
+        raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in steps {EPILOGUE}")
     if stages is not None and step not in PIPELINED:
         raise ValueError(f"stages sets the pipeline depth of steps {PIPELINED} only; step {step} has none")
     stages = default_stages(step) if stages is None else stages
@@ -370,18 +404,35 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
     if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= problem.ws_tiles()):
         raise ValueError(f"blocks must be an integer from 1 to the {problem.ws_tiles()} tiles, got {blocks!r}")
     if step == 1:
-        from .v1_naive import THREADS as NAIVE_THREADS, igemm_naive
+        from .v1_naive import THREADS as NAIVE_THREADS
+        from .v1_naive import igemm_naive
+
         naive_blocks = -(-int(np.prod(problem.y_shape)) // NAIVE_THREADS)
         kernel = igemm_naive[naive_blocks, NAIVE_THREADS]
         return lambda: kernel(x, w, out, problem.pad, problem.stride)
     # Raises a clear error in the simulator, or on a GPU that cannot run the step.
     kernel = cuda_kernel(step, stages, x_bypass_l1)
     import cupy
+
     i32 = cupy.int32
     pr = problem
     # Step 8 reads the filters through a TMA descriptor instead of a pointer.
-    args = (x, filter_tensor_map(w) if step == 8 else w, out, i32(pr.n), i32(pr.h), i32(pr.w), i32(pr.c),
-            i32(pr.k), i32(pr.r), i32(pr.s), i32(pr.p), i32(pr.q), i32(pr.pad), i32(pr.stride))
+    args = (
+        x,
+        filter_tensor_map(w) if step == 8 else w,
+        out,
+        i32(pr.n),
+        i32(pr.h),
+        i32(pr.w),
+        i32(pr.c),
+        i32(pr.k),
+        i32(pr.r),
+        i32(pr.s),
+        i32(pr.p),
+        i32(pr.q),
+        i32(pr.pad),
+        i32(pr.stride),
+    )
     if step in EPILOGUE:
         if bias is None:
             bias = cupy.zeros(pr.k, dtype=cupy.float32)
@@ -394,6 +445,7 @@ def launcher(step: int, x, w, out, *, pad: int = 1, stride: int = 1, bias=None, 
 
     def launch():
         kernel(grid, block, args, shared_mem=shared)
+
     # Step 8's args hold only a descriptor of w's address, not w: the launcher keeps w alive itself, or
     # a temporary w could be freed, and its memory reused, while the TMA engine still reads from it.
     launch.w = w
@@ -406,39 +458,73 @@ def filter_tensor_map(w):
     reads. It holds w's address: build it for every new ``w``."""
     import cupy
     from cuda.bindings import driver as cu
+
     k = w.shape[0]
     kd = w.size // k
     (err,) = cu.cuInit(0)
     if err == cu.CUresult.CUDA_SUCCESS:
         err, tensor_map = cu.cuTensorMapEncodeTiled(
-            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, w.data.ptr,
+            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            2,
+            w.data.ptr,
             # sizes from the innermost dimension out, then the row stride in bytes
-            [cu.cuuint64_t(kd), cu.cuuint64_t(k)], [cu.cuuint64_t(2 * kd)],
-            [cu.cuuint32_t(64), cu.cuuint32_t(WS_BLOCK_N)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            [cu.cuuint64_t(kd), cu.cuuint64_t(k)],
+            [cu.cuuint64_t(2 * kd)],
+            [cu.cuuint32_t(64), cu.cuuint32_t(WS_BLOCK_N)],
+            [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed for filters of shape {tuple(w.shape)}: {err}")
     return cupy.asarray(np.array(tensor_map.opaque, dtype=np.uint64))
 
 
-def conv(step: int, x, w, *, pad: int = 1, stride: int = 1, bias=None, alpha: float = 1.0, relu: bool = False,
-         stages: int | None = None, out=None, x_bypass_l1: bool = False, blocks: int | None = None):
+def conv(
+    step: int,
+    x,
+    w,
+    *,
+    pad: int = 1,
+    stride: int = 1,
+    bias=None,
+    alpha: float = 1.0,
+    relu: bool = False,
+    stages: int | None = None,
+    out=None,
+    x_bypass_l1: bool = False,
+    blocks: int | None = None,
+):
     """Run one step and return its output (poisoned first, so nothing unwritten can pass)."""
     if out is None:
         problem = validate(step, x, w, pad=pad, stride=stride, bias=bias)
         out = check.poison(_module(x).empty(problem.y_shape, dtype=np.float16))
-    launcher(step, x, w, out, pad=pad, stride=stride, bias=bias, alpha=alpha, relu=relu, stages=stages,
-             x_bypass_l1=x_bypass_l1, blocks=blocks)()
+    launcher(
+        step,
+        x,
+        w,
+        out,
+        pad=pad,
+        stride=stride,
+        bias=bias,
+        alpha=alpha,
+        relu=relu,
+        stages=stages,
+        x_bypass_l1=x_bypass_l1,
+        blocks=blocks,
+    )()
     return out
 
 
 def fit_head_tail(ks, ms) -> tuple[float, float]:
     """Least squares  time = head + K * per_k  (the source's head / main loop / tail model)."""
     if len(ks) != len(ms) or len(set(ks)) < 2:
-        raise ValueError(f"ks and ms: a line needs times at two or more different K, as many as K values; "
-                         f"got {len(ms)} times at K = {list(ks)}")
+        raise ValueError(
+            f"ks and ms: a line needs times at two or more different K, as many as K values; "
+            f"got {len(ms)} times at K = {list(ks)}"
+        )
     per_k, head = np.polyfit(np.asarray(ks, float), np.asarray(ms, float), 1)
     return float(head), float(per_k)
 

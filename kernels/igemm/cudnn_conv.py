@@ -2,6 +2,7 @@
 output, through the harness's cuDNN frontend graph (``harness.cudnn_conv``: every plan the heuristics
 offer is built and can be timed), and the names of the kernels a plan launches.
 """
+
 from __future__ import annotations
 
 from ..harness.cudnn_conv import ConvFprop, missing, version  # noqa: F401  (this chapter's one import for cuDNN)

@@ -5,6 +5,7 @@
 Prints one verdict per run, and one line per reason a run is left out on this GPU; exits non-zero if
 any result is wrong. Steps named on the command line limit the runs to those steps.
 """
+
 import sys
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 def main(steps=None) -> int:
     from ..harness import device
     from . import common as ig
+
     unknown = sorted(set(steps or ()) - set(ig.STEPS))
     if unknown:
         raise ValueError(f"steps must be among {sorted(ig.STEPS)}, got {unknown}")
@@ -22,21 +24,36 @@ def main(steps=None) -> int:
     import cupy
 
     rng = np.random.default_rng(0)
-    runs = [(1, ig.FIRST_LAYER, {})] + [(step, p, options) for p in ig.ODD_PROBLEMS[:3]
-                                         for step, options in ((2, {}), (3, {}), (4, {"stages": 2}),
-                                                               (4, {"stages": 3}), (5, {"stages": 2}),
-                                                               (5, {"stages": 4}), (6, {"stages": 3}),
-                                                               (6, {"stages": 5}), (7, {"stages": 3}),
-                                                               (7, {"stages": 4, "blocks": 1}), (8, {"stages": 3}),
-                                                               (8, {"stages": 4, "blocks": 1}))]
+    runs = [(1, ig.FIRST_LAYER, {})] + [
+        (step, p, options)
+        for p in ig.ODD_PROBLEMS[:3]
+        for step, options in (
+            (2, {}),
+            (3, {}),
+            (4, {"stages": 2}),
+            (4, {"stages": 3}),
+            (5, {"stages": 2}),
+            (5, {"stages": 4}),
+            (6, {"stages": 3}),
+            (6, {"stages": 5}),
+            (7, {"stages": 3}),
+            (7, {"stages": 4, "blocks": 1}),
+            (8, {"stages": 3}),
+            (8, {"stages": 4, "blocks": 1}),
+        )
+    ]
     failed = 0
     for step, problem, options in runs:
         if (steps and step not in steps) or ig.left_out(step, options.get("stages")):
             continue
         x, w = ig.random_inputs(problem, rng, cupy)
         out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, **options)
-        result = ig.compare(out, ig.reference(x, w, pad=problem.pad, stride=problem.stride), problem,
-                            name=f"step {step} {options or '(defaults)'} {problem.label()}")
+        result = ig.compare(
+            out,
+            ig.reference(x, w, pad=problem.pad, stride=problem.stride),
+            problem,
+            name=f"step {step} {options or '(defaults)'} {problem.label()}",
+        )
         failed += not result.ok
         print(result, flush=True)
     return 1 if failed else 0

@@ -7,6 +7,7 @@ Prints the variants in launch order (and one line for each this GPU cannot run),
 kernels can be matched to them; ``parse_ncu_csv`` turns the profiler's CSV into one row per launch, which
 ``store`` keeps beside the chapter's results and ``stored`` reads back (also without a GPU, for the prose).
 """
+
 import csv
 import io
 import sys
@@ -28,9 +29,18 @@ VARIANTS = (
 )
 
 
-NCU_ARGS = ("--section", "SpeedOfLight", "--section", "Occupancy", "--section", "LaunchStats",
-            "--section", "MemoryWorkloadAnalysis",
-            "--metrics", "l1tex__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum")
+NCU_ARGS = (
+    "--section",
+    "SpeedOfLight",
+    "--section",
+    "Occupancy",
+    "--section",
+    "LaunchStats",
+    "--section",
+    "MemoryWorkloadAnalysis",
+    "--metrics",
+    "l1tex__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum",
+)
 # column -> (Nsight Compute's metric name, scale)
 COLUMNS = {
     "duration (us)": ("Duration", None),
@@ -43,7 +53,7 @@ COLUMNS = {
     "blocks/SM": ("Block Limit Shared Mem", 1.0),
     "achieved occupancy %": ("Achieved Occupancy", 1.0),
 }
-NCU_FILE = "igemm_ncu.csv"   # beside igemm.csv: one (variant, metric, value) per line
+NCU_FILE = "igemm_ncu.csv"  # beside igemm.csv: one (variant, metric, value) per line
 _TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
@@ -61,9 +71,11 @@ def parse_ncu_csv(text: str) -> list[dict]:
         for column, (name, scale) in COLUMNS.items():
             unit, value = metrics.get(name, ("", "nan"))
             value = float(value.replace(",", "")) if value.replace(",", "").replace(".", "").isdigit() else float("nan")
-            if column == "blocks/SM":   # the tightest of the limits, not only shared memory's
-                value = min(float(metrics.get(f"Block Limit {k}", ("", "inf"))[1].replace(",", ""))
-                            for k in ("Shared Mem", "Registers", "Warps", "SM"))
+            if column == "blocks/SM":  # the tightest of the limits, not only shared memory's
+                value = min(
+                    float(metrics.get(f"Block Limit {k}", ("", "inf"))[1].replace(",", ""))
+                    for k in ("Shared Mem", "Registers", "Warps", "SM")
+                )
             row[column] = round(value * (_TO_US.get(unit, float("nan")) if scale is None else scale), 1)
         rows.append(row)
     return rows
@@ -103,6 +115,7 @@ def runnable(props: dict) -> list:
     """The VARIANTS the GPU ``props`` describes (``device.properties()``) can run, in launch order; one
     line for each it cannot."""
     from . import common as ig
+
     keep = []
     for label, step, options in VARIANTS:
         if why := ig.unsupported(step, props, options.get("stages")):
@@ -119,11 +132,13 @@ def main() -> int:
     import cupy
 
     from . import common as ig
+
     x, w = ig.random_inputs(ig.PROBLEM, np.random.default_rng(0), cupy)
     out = cupy.empty(ig.PROBLEM.y_shape, dtype=cupy.float16)
-    launches = [(label, ig.launcher(step, x, w, out, **options))
-                for label, step, options in runnable(device.properties())]
-    for i, (label, launch) in enumerate(launches):   # compiled above: nothing but the kernels from here
+    launches = [
+        (label, ig.launcher(step, x, w, out, **options)) for label, step, options in runnable(device.properties())
+    ]
+    for i, (label, launch) in enumerate(launches):  # compiled above: nothing but the kernels from here
         launch()
         cupy.cuda.Device().synchronize()
         print(f"launch {i}: {label}", flush=True)

@@ -4,6 +4,7 @@ Each thread walks its own row of the implicit A matrix (the R x S x C input patc
 pixel) against one filter, reading two fp16 values from global memory for every multiply-add: it runs
 at the speed of the caches, not of any arithmetic unit. It is the correctness and speed baseline.
 """
+
 from numba import cuda, float32
 from numba.types import float16
 

@@ -4,6 +4,7 @@ A copy reads every byte once and writes it once, so bandwidth counts 2 x nbytes.
 a kernel after checking its arrays; the kernels themselves stop at the shorter array, so a short
 ``dst`` is never written past its end.
 """
+
 from numba import cuda
 
 from ..harness import check
@@ -36,6 +37,7 @@ def copy_kernel_x4(dst, src):
 def memcpy_d2d(dst, src):
     """cudaMemcpyAsync device-to-device on the default stream (CuPy arrays)."""
     import cupy
+
     for name, a in (("dst", dst), ("src", src)):
         if not isinstance(a, cupy.ndarray):
             raise TypeError(f"{name}: expected a CuPy array on the GPU, got {type(a).__name__}")
@@ -43,8 +45,7 @@ def memcpy_d2d(dst, src):
     if dst.nbytes != src.nbytes:
         raise ValueError(f"dst has {dst.nbytes} bytes, src {src.nbytes}: a copy needs equal sizes")
     check.require_output(dst, "dst", {"src": src})
-    cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes,
-                                  cupy.cuda.runtime.memcpyDeviceToDevice, 0)
+    cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, 0)
 
 
 def copy(dst, src, kernel=copy_kernel, *, blocks: int, threads: int = 256):

@@ -6,7 +6,8 @@ inner steps share one trip of the loop counter, whose 64-bit bookkeeping costs a
 slots: with ``unroll=1`` those slots compete with only 8 FMAs. The results are summed into ``out``
 so that no chain is dead code.
 """
-from functools import lru_cache
+
+from functools import cache
 
 from numba import cuda, float32
 
@@ -15,10 +16,10 @@ from ..harness.check import positive_int
 CHAINS = 8
 
 
-@lru_cache(maxsize=None)
+@cache
 def fma_kernel(unroll: int):
     """The kernel with ``unroll`` (a compile-time constant) steps of CHAINS FMAs per loop trip."""
-    positive_int(unroll, "unroll")   # a compile-time trip count: a whole number
+    positive_int(unroll, "unroll")  # a compile-time trip count: a whole number
 
     @cuda.jit
     def fma_chains(out, iters, b, c):
@@ -55,6 +56,7 @@ def flops(threads: int, iters: int, unroll: int) -> int:
 def reference(threads: int, steps: int, b: float, c: float):
     """The same recurrences over ``steps`` = iters * unroll FMAs, in float64 (NumPy), one value per thread."""
     import numpy as np
+
     x = (np.arange(threads) % 7) * 0.01
     total = np.zeros(threads)
     for k in range(CHAINS):

@@ -3,6 +3,7 @@
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
 The student edition leaves this file out (scripts/student_edition.py).
 """
+
 import numpy as np
 from numba import cuda
 
@@ -12,6 +13,7 @@ THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 
 
 # --- machine-ex-saxpy: out = a x + y, one element per thread -------------------------------------
+
 
 @cuda.jit
 def saxpy(out, x, y, a):
@@ -49,13 +51,19 @@ def launch_saxpy_twice(out, x, y, a):
     saxpy_twice[(out.size + THREADS - 1) // THREADS, THREADS](out, x, y, a)
 
 
-attach("machine-ex-saxpy", solution=launch_saxpy,
-       wrong={"grid rounded down": (launch_saxpy_grid_rounded_down, "never written"),
-              "no bounds check": (launch_saxpy_unguarded, "outside an array"),
-              "a x added twice": (launch_saxpy_twice, "wrong")})
+attach(
+    "machine-ex-saxpy",
+    solution=launch_saxpy,
+    wrong={
+        "grid rounded down": (launch_saxpy_grid_rounded_down, "never written"),
+        "no bounds check": (launch_saxpy_unguarded, "outside an array"),
+        "a x added twice": (launch_saxpy_twice, "wrong"),
+    },
+)
 
 
 # --- machine-ex-chain: one FMA chain per thread ---------------------------------------------------
+
 
 @cuda.jit
 def fma_one_chain(out, x0, iters, b, c):
@@ -99,6 +107,11 @@ def launch_one_chain_first_warp(out, x0, iters, b, c):
     fma_one_chain_first_warp[(out.size + 31) // 32, 32](out, x0, iters, b, c)
 
 
-attach("machine-ex-chain", solution=launch_one_chain,
-       wrong={"start value forgotten": (launch_one_chain_from_zero, "wrong"),
-              "threadIdx instead of grid index": (launch_one_chain_first_warp, "never written")})
+attach(
+    "machine-ex-chain",
+    solution=launch_one_chain,
+    wrong={
+        "start value forgotten": (launch_one_chain_from_zero, "wrong"),
+        "threadIdx instead of grid index": (launch_one_chain_first_warp, "never written"),
+    },
+)

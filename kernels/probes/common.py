@@ -1,10 +1,11 @@
 """What the probes share: compiling and loading their CUDA C++ (with arch.cuh on the include path),
 the SM clock, the parameter checks that run before any launch, and the row format.
 """
+
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from ..harness import ceilings, cuda_cpp, device, results
@@ -38,7 +39,7 @@ def load(name: str, function: str, defines: dict | None = None):
     return _load(name, function, tuple(sorted((defines or {}).items())))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(name: str, function: str, defines: tuple):
     return cuda_cpp.load(HERE / name, function, options(dict(defines)))
 
@@ -53,6 +54,7 @@ def free_gpu_bytes() -> int | None:
     if not device.on_gpu():
         return None
     import cupy
+
     return int(cupy.cuda.runtime.memGetInfo()[0])
 
 
@@ -61,8 +63,10 @@ def working_set(nbytes, name: str = "working set", *, copies: int = 1) -> int:
     nbytes = positive_int(nbytes, name)
     free = free_gpu_bytes()
     if free is not None and copies * nbytes > 0.9 * free:
-        raise ValueError(f"{name} of {nbytes / 2**20:.1f} MiB (x{copies}) is larger than the GPU's free "
-                         f"memory ({free / 2**20:.0f} MiB, keeping 10% spare)")
+        raise ValueError(
+            f"{name} of {nbytes / 2**20:.1f} MiB (x{copies}) is larger than the GPU's free "
+            f"memory ({free / 2**20:.0f} MiB, keeping 10% spare)"
+        )
     return nbytes
 
 
@@ -92,6 +96,7 @@ def clock_mhz() -> float:
     global _clock_mhz
     if _clock_mhz is None:
         from .memory import run_clock
+
         _clock_mhz = next(r["value"] for r in run_clock(spin=2**24) if r["metric"] == "sm clock")
     return _clock_mhz
 
@@ -106,8 +111,11 @@ def stated_max_clock_mhz() -> float:
     as the machine chapter stored it."""
     if device.on_gpu():
         return float(device.properties()["max_sm_clock_mhz"])
-    rows = [r for r in results.load("machine", results.REFERENCE_GPU)
-            if r["kernel"] == "device" and r["metric"] == "max_sm_clock_mhz"]
+    rows = [
+        r
+        for r in results.load("machine", results.REFERENCE_GPU)
+        if r["kernel"] == "device" and r["metric"] == "max_sm_clock_mhz"
+    ]
     if not rows:
         raise LookupError("no stored max_sm_clock_mhz row: run the machine chapter on a GPU")
     return float(max(rows, key=lambda r: r["date"])["value"])
@@ -120,8 +128,7 @@ def clock_history() -> list[tuple[str, float, float | None]]:
     for r in results.load(CHAPTER, stored_gpu()):
         if r["kernel"] == "clock":
             runs.setdefault(r["date"], {})[r["metric"]] = float(r["value"])
-    return [(date, m["sm clock"], m.get("sm clock, host timer")) for date, m in sorted(runs.items())
-            if "sm clock" in m]
+    return [(date, m["sm clock"], m.get("sm clock, host timer")) for date, m in sorted(runs.items()) if "sm clock" in m]
 
 
 # --- seeds and the results table -----------------------------------------------------------------
@@ -134,13 +141,17 @@ MI25_CLOCK_MHZ = 1536.0  # source 003's rated clock, by which it converts every 
 def seeds(name: str) -> list[dict]:
     """Rows of data/seeds/<name>.csv (probes_mi25, probes_hopper_published)."""
     import csv
+
     with (SEEDS / f"{name}.csv").open(newline="") as f:
         return list(csv.DictReader(f))
 
 
 def _pick(rows, kernel: str, metric: str, problem: str | None = None) -> float | None:
-    hits = [float(r["value"]) for r in rows if r["kernel"] == kernel and r["metric"] == metric
-            and (problem is None or r["problem"] == problem)]
+    hits = [
+        float(r["value"])
+        for r in rows
+        if r["kernel"] == kernel and r["metric"] == metric and (problem is None or r["problem"] == problem)
+    ]
     return hits[-1] if hits else None
 
 
@@ -199,66 +210,177 @@ def summary(rows: list[dict], sms: int | None = None, cc: str | None = None) -> 
     lanes = lanes_per_sm(cc)
     ratios = mi25_ratios()
     mi25, pub = seeds("probes_mi25"), {r["metric"]: r for r in seeds("probes_hopper_published")}
-    fma_best = max([float(r["value"]) for r in rows if r["kernel"] in ("fma v0 chain", "fma v1 unroll 100", "fma v2 double loop")
-                    and r["metric"] == "FMA per cycle per SM"], default=None)
+    fma_best = max(
+        [
+            float(r["value"])
+            for r in rows
+            if r["kernel"] in ("fma v0 chain", "fma v1 unroll 100", "fma v2 double loop")
+            and r["metric"] == "FMA per cycle per SM"
+        ],
+        default=None,
+    )
     launch_best = max([float(r["value"]) for r in rows if r["kernel"] == "launch"], default=None)
     tail = None
     if sms:
-        t = {number(r["problem"]): float(r["value"]) for r in rows if r["kernel"] == "fma tail" and r["metric"] == "time"}
+        t = {
+            number(r["problem"]): float(r["value"]) for r in rows if r["kernel"] == "fma tail" and r["metric"] == "time"
+        }
         tail = _ratio(t.get(sms + 1), t.get(sms))
     sms_ = sms or None
-    fma_v3 = max([float(r["value"]) for r in rows if r["kernel"] == "fma v3 immediate"
-                  and r["metric"] == "FMA per cycle per SM"], default=None)
+    fma_v3 = max(
+        [
+            float(r["value"])
+            for r in rows
+            if r["kernel"] == "fma v3 immediate" and r["metric"] == "FMA per cycle per SM"
+        ],
+        default=None,
+    )
     channel = [float(r["value"]) for r in rows if r["kernel"] == "strided lines"]
-    bn = {r["kernel"]: float(r["value"]) for r in rows if r["kernel"].startswith("batchnorm") and r["metric"] == "throughput"
-          and r["problem"].endswith("TPC 4")}
-    bn3 = next((float(r["value"]) for r in rows if r["kernel"] == "batchnorm v0 three passes"
-                and r["metric"] == "throughput"), None)
+    bn = {
+        r["kernel"]: float(r["value"])
+        for r in rows
+        if r["kernel"].startswith("batchnorm") and r["metric"] == "throughput" and r["problem"].endswith("TPC 4")
+    }
+    bn3 = next(
+        (float(r["value"]) for r in rows if r["kernel"] == "batchnorm v0 three passes" and r["metric"] == "throughput"),
+        None,
+    )
     entries = [
         ("SM clock", _pick(rows, "clock", "sm clock"), MI25_CLOCK_MHZ, "MHz", None),
-        ("launch: best threads per cycle, whole GPU", launch_best,
-         _pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), "threads/cycle", None),
-        ("launch: best threads per cycle per SM (CU)", _ratio(launch_best, sms_),
-         _ratio(_pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), MI25_CUS), "threads/cycle/SM", None),
-        ("FMA per cycle per SM (CU), one chain per thread", fma_best,
-         _pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), "FMA/cycle/SM", None),
-        ("FMA per cycle per lane, one chain per thread", _ratio(fma_best, lanes),
-         _ratio(_pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), MI25_LANES_PER_CU),
-         "FMA/cycle/lane", None),
+        (
+            "launch: best threads per cycle, whole GPU",
+            launch_best,
+            _pick(mi25, "launch", "threads per cycle", "block 1024x1x1"),
+            "threads/cycle",
+            None,
+        ),
+        (
+            "launch: best threads per cycle per SM (CU)",
+            _ratio(launch_best, sms_),
+            _ratio(_pick(mi25, "launch", "threads per cycle", "block 1024x1x1"), MI25_CUS),
+            "threads/cycle/SM",
+            None,
+        ),
+        (
+            "FMA per cycle per SM (CU), one chain per thread",
+            fma_best,
+            _pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"),
+            "FMA/cycle/SM",
+            None,
+        ),
+        (
+            "FMA per cycle per lane, one chain per thread",
+            _ratio(fma_best, lanes),
+            _ratio(_pick(mi25, "fma v2 double loop", "FMA per cycle per SM", "1 x 1024 threads"), MI25_LANES_PER_CU),
+            "FMA/cycle/lane",
+            None,
+        ),
         ("FMA per cycle per lane, no bank conflict (v3)", _ratio(fma_v3, lanes), None, "FMA/cycle/lane", None),
         ("tail: time(SMs + 1 blocks) / time(SMs)", tail, ratios["tail"], "ratio", None),
-        ("divergent / plain FMA rate", _ratio(_pick(rows, "fma divergent", "FMA per cycle per SM"),
-                                              _pick(rows, "fma v0 chain", "FMA per cycle per SM", f"{sms} x 1024 threads")),
-         ratios["divergent"], "ratio", None),
-        ("L1 hit latency", _pick(rows, "chase", "L1 hit latency"), _pick(mi25, "chase", "L1 hit latency"), "cycles",
-         "L1 hit latency"),
-        ("L2 hit latency (near)", _pick(rows, "chase", "L2 hit latency"), _pick(mi25, "chase", "L2 hit latency"),
-         "cycles", "L2 hit latency"),
+        (
+            "divergent / plain FMA rate",
+            _ratio(
+                _pick(rows, "fma divergent", "FMA per cycle per SM"),
+                _pick(rows, "fma v0 chain", "FMA per cycle per SM", f"{sms} x 1024 threads"),
+            ),
+            ratios["divergent"],
+            "ratio",
+            None,
+        ),
+        (
+            "L1 hit latency",
+            _pick(rows, "chase", "L1 hit latency"),
+            _pick(mi25, "chase", "L1 hit latency"),
+            "cycles",
+            "L1 hit latency",
+        ),
+        (
+            "L2 hit latency (near)",
+            _pick(rows, "chase", "L2 hit latency"),
+            _pick(mi25, "chase", "L2 hit latency"),
+            "cycles",
+            "L2 hit latency",
+        ),
         ("L2 hit latency (far)", _pick(rows, "chase", "L2 far latency"), None, "cycles", "L2 far latency"),
-        ("HBM latency", _pick(rows, "chase", "HBM latency"), _pick(mi25, "chase", "HBM latency"), "cycles", "HBM latency"),
-        ("shared-memory latency", _pick(rows, "smem chase", "shared-memory latency"),
-         _pick(mi25, "smem chase", "shared-memory latency"), "cycles", None),
-        ("bank conflicts: stride 16 / stride 1", _ratio(_pick(rows, "smem banks", "latency", "stride 16"),
-                                                        _pick(rows, "smem banks", "latency", "stride 1")),
-         ratios["banks"], "ratio", None),
-        ("NCHW index bandwidth", _pick(rows, "nchw index", "bandwidth", "N*H*W = 1024x56x56"),
-         _pick(mi25, "nchw index", "bandwidth"), "GB/s", None),
-        ("channels: worst / best stride GB/s", _ratio(min(channel, default=None), max(channel, default=None)),
-         ratios["channels"], "ratio", None),
-        ("sin (fp64): cycles per call, one warp's chain", _pick(rows, "math", "latency", "sin (fp64)"),
-         _pick(mi25, "math", "cycles per call"), "cycles", None),
-        ("padding 16 ch: constant / local-memory GB/s",
-         _ratio(*[_pick([r for r in rows if r["problem"].endswith(" 16 ch/thread")], k, "bandwidth")
-                  for k in ("padding v2 constant", "padding v0 local")]), ratios["padding"], "ratio", None),
-        ("reduction: tree 4 / tree 2 time", _ratio(_pick(rows, "reduce tree 4", "time"), _pick(rows, "reduce tree 2", "time")),
-         ratios["reduction"], "ratio", None),
-        ("BatchNorm: 1 pass (4 threads/column) / 3 passes", _ratio(bn.get("batchnorm v2 registers"), bn3),
-         ratios["batchnorm"], "ratio", None),
+        (
+            "HBM latency",
+            _pick(rows, "chase", "HBM latency"),
+            _pick(mi25, "chase", "HBM latency"),
+            "cycles",
+            "HBM latency",
+        ),
+        (
+            "shared-memory latency",
+            _pick(rows, "smem chase", "shared-memory latency"),
+            _pick(mi25, "smem chase", "shared-memory latency"),
+            "cycles",
+            None,
+        ),
+        (
+            "bank conflicts: stride 16 / stride 1",
+            _ratio(_pick(rows, "smem banks", "latency", "stride 16"), _pick(rows, "smem banks", "latency", "stride 1")),
+            ratios["banks"],
+            "ratio",
+            None,
+        ),
+        (
+            "NCHW index bandwidth",
+            _pick(rows, "nchw index", "bandwidth", "N*H*W = 1024x56x56"),
+            _pick(mi25, "nchw index", "bandwidth"),
+            "GB/s",
+            None,
+        ),
+        (
+            "channels: worst / best stride GB/s",
+            _ratio(min(channel, default=None), max(channel, default=None)),
+            ratios["channels"],
+            "ratio",
+            None,
+        ),
+        (
+            "sin (fp64): cycles per call, one warp's chain",
+            _pick(rows, "math", "latency", "sin (fp64)"),
+            _pick(mi25, "math", "cycles per call"),
+            "cycles",
+            None,
+        ),
+        (
+            "padding 16 ch: constant / local-memory GB/s",
+            _ratio(
+                *[
+                    _pick([r for r in rows if r["problem"].endswith(" 16 ch/thread")], k, "bandwidth")
+                    for k in ("padding v2 constant", "padding v0 local")
+                ]
+            ),
+            ratios["padding"],
+            "ratio",
+            None,
+        ),
+        (
+            "reduction: tree 4 / tree 2 time",
+            _ratio(_pick(rows, "reduce tree 4", "time"), _pick(rows, "reduce tree 2", "time")),
+            ratios["reduction"],
+            "ratio",
+            None,
+        ),
+        (
+            "BatchNorm: 1 pass (4 threads/column) / 3 passes",
+            _ratio(bn.get("batchnorm v2 registers"), bn3),
+            ratios["batchnorm"],
+            "ratio",
+            None,
+        ),
     ]
     out = []
     for name, ours, theirs, unit, published in entries:
-        entry = {"probe": name, "ours": ours, "MI25": theirs if theirs is not None else "--", "unit": unit,
-                 "published Hopper": "--", "verdict": "--"}
+        entry = {
+            "probe": name,
+            "ours": ours,
+            "MI25": theirs if theirs is not None else "--",
+            "unit": unit,
+            "published Hopper": "--",
+            "verdict": "--",
+        }
         if published and published in pub:
             low, high = float(pub[published]["low"]), float(pub[published]["high"])
             entry["published Hopper"] = f"{low:g}" if low == high else f"{low:g}-{high:g}"

@@ -4,6 +4,7 @@ tail, the register limit, uniform registers, warp divergence and math-function c
 Each ``run_<probe>`` checks its parameters first (ValueError, before anything is launched), then
 needs a GPU, and returns results rows for ``results.record("probes", rows)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,11 +35,14 @@ LIVE_COUNTS = (32, 64, 128, 192, 224, 240, 256, 320)
 
 # --- 1. thread launch rate ------------------------------------------------------------------------
 
+
 def launch_shapes() -> dict[str, list[tuple]]:
     """The source's block shapes: 1D powers of two, 2D k x k, 3D k x k x k."""
-    return {"1D": [(2**i, 1, 1) for i in range(11)],
-            "2D": [(k, k, 1) for k in range(1, 33)],
-            "3D": [(k, k, k) for k in range(1, 11)]}
+    return {
+        "1D": [(2**i, 1, 1) for i in range(11)],
+        "2D": [(k, k, 1) for k in range(1, 33)],
+        "3D": [(k, k, k) for k in range(1, 11)],
+    }
 
 
 def launch_grid(shape, total_threads: int, max_blocks: int) -> int:
@@ -54,23 +58,37 @@ def run_launch_rate(shapes, *, total_threads: int = 2**28, max_blocks: int = 2**
     plan = [(check.block_shape(s), launch_grid(s, total_threads, max_blocks)) for s in shapes]
     common.require_gpu("the launch-rate probe")
     import cupy
+
     kernel = common.load("launch.cu", "null_kernel")
     dummy = cupy.empty(1, dtype=cupy.float32)
     mhz = common.clock_mhz()
     rows = []
     for shape, blocks in plan:
-        t = timing.benchmark(lambda: kernel((blocks,), shape, (dummy,)), warmup=2, repeat=repeat)
+        t = timing.benchmark(
+            lambda blocks=blocks, shape=shape: kernel((blocks,), shape, (dummy,)), warmup=2, repeat=repeat
+        )
         threads = math.prod(shape)
         rate = blocks * threads / (t.median_ms * 1e-3) / (mhz * 1e6)
-        rows.append(row("launch", "block {}x{}x{}".format(*shape), "threads per cycle", rate, "threads/cycle",
-                        threads=threads, dims=sum(d > 1 for d in shape) or 1))
+        rows.append(
+            row(
+                "launch",
+                "block {}x{}x{}".format(*shape),
+                "threads per cycle",
+                rate,
+                "threads/cycle",
+                threads=threads,
+                dims=sum(d > 1 for d in shape) or 1,
+            )
+        )
     return rows
 
 
 # --- 2. FMA throughput, 5. divergence ------------------------------------------------------------
 
-def fma_reference(threads: int, block: int, iters: int, *, swap_lane0: bool = False,
-                  variant: str = "v0 chain") -> np.ndarray:
+
+def fma_reference(
+    threads: int, block: int, iters: int, *, swap_lane0: bool = False, variant: str = "v0 chain"
+) -> np.ndarray:
     """float64 value each thread stores after ``iters`` FMAs of ``sum = t0 * sum + t1`` (closed form).
 
     t0 and t1 are computed in float32 exactly as the kernels do; lane 0 of each warp swaps them
@@ -87,6 +105,7 @@ def fma_reference(threads: int, block: int, iters: int, *, swap_lane0: bool = Fa
 
     def chain(start, n):  # s_n = t0^n s_0 + t1 (1 - t0^n) / (1 - t0); t0 < 1 always
         return t0**n * start + t1 * (1 - t0**n) / (1 - t0)
+
     if variant == "v4 two chains":
         return chain(0.0, iters // 2) + chain(1.0, iters // 2)
     return chain(0.0, iters)
@@ -101,8 +120,9 @@ def _fma_plan(variant: str, threads: int, blocks: int, iters: int) -> tuple[int,
     positive_int(iters, "iters", maximum=2**31 - 1)
     if variant in DOUBLE_LOOPS:
         if iters % INNER:
-            raise ValueError(f"the double loop runs {INNER} FMAs per outer step: iters must be a multiple of "
-                             f"{INNER}, got {iters}")
+            raise ValueError(
+                f"the double loop runs {INNER} FMAs per outer step: iters must be a multiple of {INNER}, got {iters}"
+            )
         return iters // INNER, iters
     return iters, iters
 
@@ -110,6 +130,7 @@ def _fma_plan(variant: str, threads: int, blocks: int, iters: int) -> tuple[int,
 def _fma_launch(variant: str, threads: int, blocks: int, iters: int):
     arg, _ = _fma_plan(variant, threads, blocks, iters)
     import cupy
+
     kernel = common.load(*FMA_KERNELS[variant])
     out = cupy.empty(threads * blocks, dtype=cupy.float32)
     return out, (lambda: kernel((blocks,), (threads,), (out, np.int32(arg))))
@@ -139,13 +160,15 @@ def fma_compare(variant: str, out, threads: int, blocks: int, iters: int) -> che
     probes (about 1). Thread x's chain levels off after a few times x + 1 steps, so the threads with
     x + 1 near iters or above still change measurably at every step: a wrong step count fails."""
     _fma_plan(variant, threads, blocks, iters)
-    ref = fma_reference(threads * blocks, threads, iters, swap_lane0=variant in ("divergent", "swapped"),
-                        variant=variant)
+    ref = fma_reference(
+        threads * blocks, threads, iters, swap_lane0=variant in ("divergent", "swapped"), variant=variant
+    )
     got = check.to_host(out).astype(np.float64)
     # where the chain is 0 (thread 0 of the divergence probes: t1 = 0), only an exact 0 passes
     rel = np.divide(got - ref, ref, out=np.where(got == ref, 0.0, np.inf), where=ref != 0)
-    return check.compare(rel, np.zeros_like(ref), atol=fma_rtol(iters),
-                         name=f"FMA {variant}, per element |out / float64 - 1|")
+    return check.compare(
+        rel, np.zeros_like(ref), atol=fma_rtol(iters), name=f"FMA {variant}, per element |out / float64 - 1|"
+    )
 
 
 def run_fma(variants, threads_list, *, blocks: int = 1, iters: int = 2**19 - 88, repeat: int = 10) -> list[dict]:
@@ -158,8 +181,17 @@ def run_fma(variants, threads_list, *, blocks: int = 1, iters: int = 2**19 - 88,
         _, launch = _fma_launch(variant, threads, blocks, iters)
         t = timing.benchmark(launch, warmup=2, repeat=repeat)
         per_sm = blocks * threads * fmas / (t.median_ms * 1e-3) / (mhz * 1e6) / min(blocks, sms)
-        rows.append(row(f"fma {variant}", f"{blocks} x {threads} threads", "FMA per cycle per SM", per_sm,
-                        "FMA/cycle/SM", threads=threads, blocks=blocks))
+        rows.append(
+            row(
+                f"fma {variant}",
+                f"{blocks} x {threads} threads",
+                "FMA per cycle per SM",
+                per_sm,
+                "FMA/cycle/SM",
+                threads=threads,
+                blocks=blocks,
+            )
+        )
     return rows
 
 
@@ -182,12 +214,15 @@ def run_fma_tail(blocks_list, *, threads: int = 1024, iters: int = 2**18 - 44, r
         t = timing.benchmark(launch, warmup=1, repeat=repeat)
         rate = blocks * threads * fmas / (t.median_ms * 1e-3) / (mhz * 1e6)
         problem = f"{blocks} x {threads} threads"
-        rows += [row("fma tail", problem, "FMA per cycle", rate, "FMA/cycle", blocks=blocks),
-                 row("fma tail", problem, "time", t.median_ms, "ms", blocks=blocks)]
+        rows += [
+            row("fma tail", problem, "FMA per cycle", rate, "FMA/cycle", blocks=blocks),
+            row("fma tail", problem, "time", t.median_ms, "ms", blocks=blocks),
+        ]
     return rows
 
 
 # --- 3. the register limit -----------------------------------------------------------------------
+
 
 def warps_per_sm(registers: int) -> int:
     """Resident warps an SM of this GPU (the reference H100 without one) can hold at ``registers`` per
@@ -195,8 +230,10 @@ def warps_per_sm(registers: int) -> int:
     file, as cuda_occupancy.h counts them)."""
     registers = positive_int(registers, "registers", maximum=255)
     props = device.target_properties()
-    return min(props["max_threads_per_sm"] // WARP,
-               perfmodel.register_warps(registers, props["regs_per_sm"], sub_partitions=SCHEDULERS_PER_SM))
+    return min(
+        props["max_threads_per_sm"] // WARP,
+        perfmodel.register_warps(registers, props["regs_per_sm"], sub_partitions=SCHEDULERS_PER_SM),
+    )
 
 
 def register_report(live_counts=LIVE_COUNTS, arch: str | None = None) -> list[dict]:
@@ -206,13 +243,21 @@ def register_report(live_counts=LIVE_COUNTS, arch: str | None = None) -> list[di
     for live in live_counts:
         positive_int(live, "live", maximum=1024)
         res = common.build("registers.cu", arch, {"LIVE": live}).resources[0]
-        out.append({"live values": live, "registers": res.registers, "spill stores (B)": res.spill_stores,
-                    "spill loads (B)": res.spill_loads, "warps per SM": warps_per_sm(res.registers)})
+        out.append(
+            {
+                "live values": live,
+                "registers": res.registers,
+                "spill stores (B)": res.spill_stores,
+                "spill loads (B)": res.spill_loads,
+                "warps per SM": warps_per_sm(res.registers),
+            }
+        )
     return out
 
 
-def run_registers(live_counts=LIVE_COUNTS, *, iters: int = 256, threads: int = 128, blocks_per_sm: int = 16,
-                  repeat: int = 5) -> list[dict]:
+def run_registers(
+    live_counts=LIVE_COUNTS, *, iters: int = 256, threads: int = 128, blocks_per_sm: int = 16, repeat: int = 5
+) -> list[dict]:
     """FMA per cycle per SM of the live-values kernel: the cost of spilling past 255 registers."""
     for live in live_counts:
         positive_int(live, "live", maximum=1024)
@@ -220,6 +265,7 @@ def run_registers(live_counts=LIVE_COUNTS, *, iters: int = 256, threads: int = 1
     check.block_shape((threads,))
     common.require_gpu("the register probe")
     import cupy
+
     mhz, sms = common.clock_mhz(), common.sms()
     blocks = sms * blocks_per_sm
     n = blocks * threads
@@ -228,8 +274,11 @@ def run_registers(live_counts=LIVE_COUNTS, *, iters: int = 256, threads: int = 1
         kernel = common.load("registers.cu", "live_values", {"LIVE": live})
         src = cupy.random.random(live * n, dtype=cupy.float32)
         out = cupy.empty(n, dtype=cupy.float32)
-        t = timing.benchmark(lambda: kernel((blocks,), (threads,), (src, out, np.int32(iters))), warmup=2,
-                             repeat=repeat)
+        t = timing.benchmark(
+            lambda kernel=kernel, src=src, out=out: kernel((blocks,), (threads,), (src, out, np.int32(iters))),
+            warmup=2,
+            repeat=repeat,
+        )
         rate = n * iters * live / (t.median_ms * 1e-3) / (mhz * 1e6) / sms
         rows.append(row("registers", f"LIVE={live}", "FMA per cycle per SM", rate, "FMA/cycle/SM", live=live))
     return rows
@@ -280,6 +329,7 @@ def math_reference(name: str, threads: int, iters: int) -> np.ndarray:
 def _math_launch(name: str, blocks: int, threads: int, iters: int):
     fn, precision = _math_function(name)[:2]
     import cupy
+
     kernel = common.load("math_funcs.cu", "math_chain", {"MATH_FN": fn})
     out = cupy.empty(blocks * threads, dtype=cupy.float64 if precision == "fp64" else cupy.float32)
     cycles = cupy.zeros(1, dtype=cupy.int64)
@@ -312,14 +362,21 @@ def math_report(names=tuple(MATH_FUNCS), arch: str | None = None) -> list[dict]:
         ins = sass.disassemble(common.build("math_funcs.cu", arch, {"MATH_FN": _math_function(name)[0]}))
         body = max(sass.loops(ins), key=len)  # the outer (step) loop holds any inner ones
         ops = sass.opcodes(body)
-        out.append({"function": name, "precision": _math_function(name)[1],
-                    "instructions per step": (len(body) - 3) / MATH_UNROLL, "MUFU": ops["MUFU"] / MATH_UNROLL,
-                    "FP64 (DFMA/DMUL/DADD)": (ops["DFMA"] + ops["DMUL"] + ops["DADD"]) / MATH_UNROLL})
+        out.append(
+            {
+                "function": name,
+                "precision": _math_function(name)[1],
+                "instructions per step": (len(body) - 3) / MATH_UNROLL,
+                "MUFU": ops["MUFU"] / MATH_UNROLL,
+                "FP64 (DFMA/DMUL/DADD)": (ops["DFMA"] + ops["DMUL"] + ops["DADD"]) / MATH_UNROLL,
+            }
+        )
     return out
 
 
-def run_math(names, *, latency_iters: int = 4096, throughput_iters: int = 2**14, blocks_per_sm: int = 4,
-             repeat: int = 5) -> list[dict]:
+def run_math(
+    names, *, latency_iters: int = 4096, throughput_iters: int = 2**14, blocks_per_sm: int = 4, repeat: int = 5
+) -> list[dict]:
     """Per function: cycles per step of one warp's dependent chain (latency), and steps per cycle per
     SM with ``blocks_per_sm`` blocks of 256 threads on every SM (throughput)."""
     for name in names:
@@ -339,12 +396,15 @@ def run_math(names, *, latency_iters: int = 4096, throughput_iters: int = 2**14,
         _, _, launch = _math_launch(name, blocks, MATH_BLOCK, throughput_iters)
         t = timing.benchmark(launch, warmup=1, repeat=repeat)
         rate = blocks * MATH_BLOCK * throughput_iters / (t.median_ms * 1e-3) / (mhz * 1e6) / sms
-        rows += [row("math", name, "latency", latency, "cycles"),
-                 row("math", name, "throughput", rate, "steps/cycle/SM")]
+        rows += [
+            row("math", name, "latency", latency, "cycles"),
+            row("math", name, "throughput", rate, "steps/cycle/SM"),
+        ]
     return rows
 
 
 # --- SASS evidence -------------------------------------------------------------------------------
+
 
 def hot_loop(instructions, opcode: str):
     """The loop body holding the most ``opcode`` instructions (e.g. the FMA loop), or [] if none."""
@@ -379,12 +439,19 @@ def fma_loop_report(arch: str | None = None) -> list[dict]:
         ins = sass.disassemble(common.build(path, arch), name)
         body = hot_loop(ins, "FFMA")
         ffma = sum(i.base == "FFMA" for i in body)
-        out.append({"variant": variant, "FFMA in loop": ffma, "other in loop": len(body) - ffma,
-                    "bank-conflicted FFMA": sass.bank_conflicts(body, "FFMA"),
-                    # with 64 lanes (sm_75, sm_80) a warp's FFMA holds its scheduler's 16 lanes two cycles
-                    "predicted FMA/cycle/SM": min(SCHEDULERS_PER_SM * WARP * ffma / issue_cycles(body), float(lanes))
-                    if body else 0.0,
-                    "FFMA loops": sum(sum(i.base == "FFMA" for i in b) >= 4 for b in sass.loops(ins))})
+        out.append(
+            {
+                "variant": variant,
+                "FFMA in loop": ffma,
+                "other in loop": len(body) - ffma,
+                "bank-conflicted FFMA": sass.bank_conflicts(body, "FFMA"),
+                # with 64 lanes (sm_75, sm_80) a warp's FFMA holds its scheduler's 16 lanes two cycles
+                "predicted FMA/cycle/SM": min(SCHEDULERS_PER_SM * WARP * ffma / issue_cycles(body), float(lanes))
+                if body
+                else 0.0,
+                "FFMA loops": sum(sum(i.base == "FFMA" for i in b) >= 4 for b in sass.loops(ins)),
+            }
+        )
     return out
 
 
@@ -395,8 +462,14 @@ def uniform_report(arch: str | None = None) -> list[dict]:
     for name in ("poly_uniform", "poly_per_thread"):
         ins = sass.disassemble(compiled, name)
         ffma = [i for i in ins if i.base == "FFMA"]
-        out.append({"kernel": name, "instructions": len(ins), "uniform datapath": sum(i.uniform for i in ins),
-                    "FFMA": len(ffma), "FFMA with UR/c[] operand": sum(("UR" in i.operands) or ("c[" in i.operands)
-                                                                      for i in ffma),
-                    "global loads": sum(i.base == "LDG" for i in ins)})
+        out.append(
+            {
+                "kernel": name,
+                "instructions": len(ins),
+                "uniform datapath": sum(i.uniform for i in ins),
+                "FFMA": len(ffma),
+                "FFMA with UR/c[] operand": sum(("UR" in i.operands) or ("c[" in i.operands) for i in ffma),
+                "global loads": sum(i.base == "LDG" for i in ins),
+            }
+        )
     return out

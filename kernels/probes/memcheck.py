@@ -7,6 +7,7 @@ outputs and odd sizes, one verdict each; the timing probes run with small sizes 
 (their numbers mean nothing under the sanitizer) and only have to run clean. Exits non-zero if a
 check fails.
 """
+
 import sys
 
 from ..harness import device
@@ -15,17 +16,23 @@ from ..harness import device
 def compute_runs():
     """(name, call) of the compute chapter: checks return a CheckResult, timing probes their rows."""
     from . import compute
+
     runs = [(f"check {v}", lambda v=v: compute.check_fma(v, threads=96, blocks=3)) for v in compute.FMA_KERNELS]
     runs += [(f"check {n}", lambda n=n: compute.check_math(n, iters=13)) for n in compute.MATH_FUNCS]
     return runs + [
-        ("launch rate", lambda: compute.run_launch_rate([(1,), (7, 5), (3, 3, 3)], total_threads=4096,
-                                                        max_blocks=64, repeat=1)),
-        ("FMA throughput", lambda: compute.run_fma(list(compute.FMA_KERNELS), [96], blocks=3, iters=1000,
-                                                   repeat=1)),
+        (
+            "launch rate",
+            lambda: compute.run_launch_rate([(1,), (7, 5), (3, 3, 3)], total_threads=4096, max_blocks=64, repeat=1),
+        ),
+        ("FMA throughput", lambda: compute.run_fma(list(compute.FMA_KERNELS), [96], blocks=3, iters=1000, repeat=1)),
         ("FMA tail", lambda: compute.run_fma_tail([1, 3], threads=96, iters=1000, repeat=1)),
         ("registers", lambda: compute.run_registers((32, 320), iters=4, threads=96, blocks_per_sm=1, repeat=1)),
-        ("math functions", lambda: compute.run_math(list(compute.MATH_FUNCS), latency_iters=16,
-                                                    throughput_iters=16, blocks_per_sm=1, repeat=1)),
+        (
+            "math functions",
+            lambda: compute.run_math(
+                list(compute.MATH_FUNCS), latency_iters=16, throughput_iters=16, blocks_per_sm=1, repeat=1
+            ),
+        ),
     ]
 
 
@@ -34,11 +41,15 @@ def memory_runs():
     from . import batchnorm, memory, nchw, reduction
 
     versions = list(memory.PADDING_FILES)
-    bn_cases = [("v0 three passes", 1), ("v1 two passes", 1)] + [("v2 registers", k)
-                                                                 for k in batchnorm.THREADS_PER_COLUMN]
+    bn_cases = [("v0 three passes", 1), ("v1 two passes", 1)] + [
+        ("v2 registers", k) for k in batchnorm.THREADS_PER_COLUMN
+    ]
     runs = [(f"check divergence {d}", lambda d=d: memory.check_mem_divergence(d, n=1000)) for d in (0, 1, 31)]
-    runs += [(f"check {v}", lambda v=v, ch=ch: memory.check_padding(v, ch, shape=(3, 16, 5, 7), p=2))
-             for v in versions for ch in (1, 4)]
+    runs += [
+        (f"check {v}", lambda v=v, ch=ch: memory.check_padding(v, ch, shape=(3, 16, 5, 7), p=2))
+        for v in versions
+        for ch in (1, 4)
+    ]
     runs += [(f"check {v}", lambda v=v: reduction.check_block_sums(v)) for v in reduction.variants()]
     runs += [("check NCHW", lambda: nchw.check_nchw((3, 5, 7, 9), block=64))]
     runs += [(f"check {v} {k}", lambda v=v, k=k: batchnorm.check_batchnorm(v, k, pixels=333)) for v, k in bn_cases]

@@ -6,6 +6,7 @@ Latencies come from clock64() around one thread's dependent loads, in SM cycles;
 that ``run_clock`` measures against %globaltimer. Each ``run_<probe>`` checks its parameters
 before anything is launched, then needs a GPU.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,15 +19,19 @@ from ..harness.check import positive_int
 from . import common
 from .common import row
 
-SMEM_WORDS = 2048   # the shared table of smem.cu
+SMEM_WORDS = 2048  # the shared table of smem.cu
 BANKS = 32
-PADDING_FILES = {"v0 local": "padding_v0_local.cu", "v1 runtime": "padding_v1_runtime.cu",
-                 "v2 constant": "padding_v2_constant.cu"}
+PADDING_FILES = {
+    "v0 local": "padding_v0_local.cu",
+    "v1 runtime": "padding_v1_runtime.cu",
+    "v2 constant": "padding_v2_constant.cu",
+}
 MAX_PAD_CHANNELS = 16  # the per-thread array of padding_v0/v1
 PAD_BLOCK = 256
 
 
 # --- the clock -----------------------------------------------------------------------------------
+
 
 def run_clock(spin: int = 2**31) -> list[dict]:
     """The SM clock in MHz: clock64() cycles over %globaltimer nanoseconds while one thread spins, and
@@ -35,9 +40,10 @@ def run_clock(spin: int = 2**31) -> list[dict]:
     positive_int(spin, "spin", maximum=2**40)
     common.require_gpu("the clock probe")
     import cupy
+
     kernel = common.load("clock.cu", "clock_rate")
     out = cupy.zeros(2, dtype=cupy.int64)
-    kernel((1,), (1,), (np.int64(1), out))   # the first launch loads the module: not timed
+    kernel((1,), (1,), (np.int64(1), out))  # the first launch loads the module: not timed
     cupy.cuda.Device().synchronize()
     start = time.perf_counter()
     kernel((1,), (1,), (np.int64(spin), out))
@@ -46,9 +52,11 @@ def run_clock(spin: int = 2**31) -> list[dict]:
     if ns <= 0:
         raise RuntimeError(f"%globaltimer did not advance over {cycles} cycles")
     problem = f"spin {spin} cycles"
-    return [row("clock", problem, "sm clock", cycles / ns * 1e3, "MHz"),
-            row("clock", problem, "sm clock, host timer", cycles / host_ns * 1e3, "MHz"),
-            row("clock", problem, "spin time", ns / 1e6, "ms")]
+    return [
+        row("clock", problem, "sm clock", cycles / ns * 1e3, "MHz"),
+        row("clock", problem, "sm clock, host timer", cycles / host_ns * 1e3, "MHz"),
+        row("clock", problem, "spin time", ns / 1e6, "ms"),
+    ]
 
 
 def ns(cycles: float) -> float:
@@ -56,6 +64,7 @@ def ns(cycles: float) -> float:
 
 
 # --- pointer chains ------------------------------------------------------------------------------
+
 
 def chain_order(slots: int, order: str, seed: int = 0) -> np.ndarray:
     """next[i]: the slot visited after slot i, one cycle through all ``slots`` slots.
@@ -89,10 +98,13 @@ def build_chain(nbytes: int, stride: int, order: str = "random", seed: int = 0):
     slots = _chain_params(nbytes, stride)
     common.require_gpu("a pointer chain")
     import cupy
+
     buf = cupy.zeros(nbytes // 8, dtype=cupy.uint64)
     host = np.zeros(nbytes // 8, dtype=np.uint64)
     words = stride // 8
-    host[np.arange(slots) * words] = np.uint64(buf.data.ptr) + chain_order(slots, order, seed).astype(np.uint64) * np.uint64(stride)
+    host[np.arange(slots) * words] = np.uint64(buf.data.ptr) + chain_order(slots, order, seed).astype(
+        np.uint64
+    ) * np.uint64(stride)
     buf.set(host)
     return buf
 
@@ -104,6 +116,7 @@ def run_chase(buf, *, steps: int, warm: int = 0, l2_only: bool = False, flush: b
     common.require_gpu("the pointer chase")
     check.require_array(buf, "buf (from build_chain)", dtype=np.uint64, ndim=1)
     import cupy
+
     kernel = common.load("chase.cu", "chase_l2" if l2_only else "chase")
     cycles = cupy.zeros(1, dtype=cupy.int64)
     sink = cupy.zeros(1, dtype=cupy.uint64)
@@ -143,8 +156,10 @@ def run_latency_sweep(sizes, *, stride: int = 128, steps: int = 8192, l2_only: b
         cyc = run_chase(buf, steps=steps, warm=slots if warm else 0, l2_only=l2_only, flush=not warm)
         del buf
         problem = f"{nbytes} B working set, stride {stride}"
-        rows += [row(kernel, problem, "latency", cyc, "cycles", bytes=nbytes),
-                 row(kernel, problem, "latency ns", ns(cyc), "ns", bytes=nbytes)]
+        rows += [
+            row(kernel, problem, "latency", cyc, "cycles", bytes=nbytes),
+            row(kernel, problem, "latency ns", ns(cyc), "ns", bytes=nbytes),
+        ]
     return rows
 
 
@@ -153,10 +168,12 @@ def hit_cases(l2_bytes: int) -> list[tuple]:
     well inside the near half of an H100's or H200's L2; a quarter of a smaller L2), L2 far hit (3/4 of
     L2: more than the near half can hold) and HBM (random over 4 x L2)."""
     positive_int(l2_bytes, "l2_bytes")
-    return [("L1 hit latency", 16 * 1024, False, True),
-            ("L2 hit latency", min(4 * 2**20, l2_bytes // 4 // 4096 * 4096), True, True),
-            ("L2 far latency", int(0.75 * l2_bytes) // 4096 * 4096, True, True),
-            ("HBM latency", 4 * l2_bytes, False, False)]
+    return [
+        ("L1 hit latency", 16 * 1024, False, True),
+        ("L2 hit latency", min(4 * 2**20, l2_bytes // 4 // 4096 * 4096), True, True),
+        ("L2 far latency", int(0.75 * l2_bytes) // 4096 * 4096, True, True),
+        ("HBM latency", 4 * l2_bytes, False, False),
+    ]
 
 
 def run_hit_latencies(*, steps: int = 8192) -> list[dict]:
@@ -168,8 +185,10 @@ def run_hit_latencies(*, steps: int = 8192) -> list[dict]:
         buf = build_chain(nbytes, 128, "random")
         cyc = run_chase(buf, steps=steps, warm=nbytes // 128 if warm else 0, l2_only=l2_only, flush=not warm)
         del buf
-        rows += [row("chase", f"{nbytes} B working set", metric, cyc, "cycles"),
-                 row("chase", f"{nbytes} B working set", metric + " ns", ns(cyc), "ns")]
+        rows += [
+            row("chase", f"{nbytes} B working set", metric, cyc, "cycles"),
+            row("chase", f"{nbytes} B working set", metric + " ns", ns(cyc), "ns"),
+        ]
     return rows
 
 
@@ -210,7 +229,10 @@ def store_divergent(buf, divergence: int):
     common.require_gpu("the memory-divergence kernel")
     mask = (1 << max(1, (n - 1).bit_length())) - 1  # covers every x: both branches store to buf[x]
     common.load("mem_divergence.cu", "store_divergent")(
-        (math.ceil(n / DIVERGENCE_BLOCK),), (DIVERGENCE_BLOCK,), (buf, np.int32(n), np.int32(divergence), np.int32(mask)))
+        (math.ceil(n / DIVERGENCE_BLOCK),),
+        (DIVERGENCE_BLOCK,),
+        (buf, np.int32(n), np.int32(divergence), np.int32(mask)),
+    )
 
 
 def check_mem_divergence(divergence: int, n: int = 1000) -> check.CheckResult:
@@ -218,6 +240,7 @@ def check_mem_divergence(divergence: int, n: int = 1000) -> check.CheckResult:
     _divergence_params(n, divergence)
     common.require_gpu("checking the memory-divergence kernel")
     import cupy
+
     buf = check.poison(cupy.empty(n, dtype=cupy.int32))
     store_divergent(buf, divergence)
     return check.compare(buf, np.arange(n), atol=0.0, name=f"divergent stores, mask {divergence}")
@@ -230,13 +253,23 @@ def run_mem_divergence(divergences=(0, 1, 3, 7, 15, 31), *, n: int = 2**26, repe
     common.working_set(4 * n)
     common.require_gpu("the memory-divergence probe")
     import cupy
+
     buf = cupy.empty(n, dtype=cupy.int32)
     rows = []
     for d in divergences:
-        t = timing.benchmark(lambda: store_divergent(buf, d), warmup=2, repeat=repeat)
+        t = timing.benchmark(lambda d=d: store_divergent(buf, d), warmup=2, repeat=repeat)
         share = sum((lane & d) != d for lane in range(32)) / 32
-        rows.append(row("store divergent", f"mask {d}, {n} ints", "bandwidth", 4 * n / (t.median_ms * 1e-3) / 1e9,
-                        "GB/s", mask=d, second_path_share=share))
+        rows.append(
+            row(
+                "store divergent",
+                f"mask {d}, {n} ints",
+                "bandwidth",
+                4 * n / (t.median_ms * 1e-3) / 1e9,
+                "GB/s",
+                mask=d,
+                second_path_share=share,
+            )
+        )
     return rows
 
 
@@ -267,16 +300,20 @@ def channels_that_fit(strides, lines: int, props: dict) -> tuple[list[int], str 
     out = [s for s in strides if s not in fits]
     if not out:
         return fits, None
-    return fits, (f"left out on this GPU: the channel probe at strides {', '.join(map(str, out))} B, whose "
-                  f"{lines} lines span up to {channel_footprint(max(out), lines) / 2**20:,.0f} MiB, more than "
-                  f"90% of the GPU's {props['global_mem_bytes'] / 2**20:,.0f} MiB")
+    return fits, (
+        f"left out on this GPU: the channel probe at strides {', '.join(map(str, out))} B, whose "
+        f"{lines} lines span up to {channel_footprint(max(out), lines) / 2**20:,.0f} MiB, more than "
+        f"90% of the GPU's {props['global_mem_bytes'] / 2**20:,.0f} MiB"
+    )
 
 
 def _channel_params(stride: int, lines: int) -> int:
     stride = positive_int(stride, "stride")
     if stride < 128:
-        raise ValueError(f"stride must be >= 128 bytes (each warp reads a 128-byte line; a shorter stride "
-                         f"reads overlapping lines), got {stride}")
+        raise ValueError(
+            f"stride must be >= 128 bytes (each warp reads a 128-byte line; a shorter stride "
+            f"reads overlapping lines), got {stride}"
+        )
     if stride % 64:
         raise ValueError(f"stride must be a multiple of 64 bytes, got {stride}")
     positive_int(lines, "lines", maximum=2**30)
@@ -288,20 +325,34 @@ def run_channels(strides, *, lines: int = 2**18, repeat: int = 10) -> list[dict]
     footprints = [_channel_params(s, lines) for s in strides]
     common.require_gpu("the memory-channel probe")
     import cupy
+
     kernel = common.load("channels.cu", "strided_lines")
     buf = cupy.zeros(max(footprints) // 4 + 32, dtype=cupy.float32)
     blocks = common.sms() * 8
     sink = cupy.empty(blocks * CHANNEL_BLOCK, dtype=cupy.float32)
     rows = []
     for s in strides:
-        t = timing.benchmark(lambda: kernel((blocks,), (CHANNEL_BLOCK,), (buf, np.int64(s // 4), np.int32(lines), sink)),
-                             warmup=1, repeat=repeat, flush_l2=True)
-        rows.append(row("strided lines", f"stride {s} B, {lines} lines", "bandwidth",
-                        128 * lines / (t.median_ms * 1e-3) / 1e9, "GB/s", stride=s))
+        t = timing.benchmark(
+            lambda s=s: kernel((blocks,), (CHANNEL_BLOCK,), (buf, np.int64(s // 4), np.int32(lines), sink)),
+            warmup=1,
+            repeat=repeat,
+            flush_l2=True,
+        )
+        rows.append(
+            row(
+                "strided lines",
+                f"stride {s} B, {lines} lines",
+                "bandwidth",
+                128 * lines / (t.median_ms * 1e-3) / 1e9,
+                "GB/s",
+                stride=s,
+            )
+        )
     return rows
 
 
 # --- shared memory -------------------------------------------------------------------------------
+
 
 def bank_ways(stride: int, *, lanes: int = 32, banks: int = BANKS, words: int = SMEM_WORDS) -> int:
     """The most distinct 4-byte words one bank must serve when lane l reads word (l * stride) % words."""
@@ -318,14 +369,17 @@ def run_smem_latency(*, steps: int = 4096, words: int = 256) -> list[dict]:
     positive_int(words, "words", maximum=SMEM_WORDS)
     common.require_gpu("the shared-memory latency probe")
     import cupy
+
     kernel = common.load("smem.cu", "smem_latency")
     nxt = cupy.asarray(chain_order(words, "random").astype(np.int32))
     cycles = cupy.zeros(1, dtype=cupy.int64)
     sink = cupy.zeros(1, dtype=cupy.int32)
     kernel((1,), (32,), (nxt, np.int32(words), np.int32(steps), cycles, sink))
     cyc = int(cycles.get()[0]) / steps
-    return [row("smem chase", f"{words} words", "shared-memory latency", cyc, "cycles"),
-            row("smem chase", f"{words} words", "shared-memory latency ns", ns(cyc), "ns")]
+    return [
+        row("smem chase", f"{words} words", "shared-memory latency", cyc, "cycles"),
+        row("smem chase", f"{words} words", "shared-memory latency ns", ns(cyc), "ns"),
+    ]
 
 
 def run_bank_conflicts(strides=range(1, 34), *, steps: int = 4096) -> list[dict]:
@@ -334,18 +388,29 @@ def run_bank_conflicts(strides=range(1, 34), *, steps: int = 4096) -> list[dict]
     positive_int(steps, "steps")
     common.require_gpu("the bank-conflict probe")
     import cupy
+
     kernel = common.load("smem.cu", "smem_banks")
     cycles = cupy.zeros(1, dtype=cupy.int64)
     sink = cupy.zeros(32, dtype=cupy.int32)
     rows = []
     for s in strides:
         kernel((1,), (32,), (np.int32(s), np.int32(steps), cycles, sink))
-        rows.append(row("smem banks", f"stride {s}", "latency", int(cycles.get()[0]) / steps, "cycles",
-                        stride=s, ways=bank_ways(s)))
+        rows.append(
+            row(
+                "smem banks",
+                f"stride {s}",
+                "latency",
+                int(cycles.get()[0]) / steps,
+                "cycles",
+                stride=s,
+                ways=bank_ways(s),
+            )
+        )
     return rows
 
 
 # --- 15. the padding kernel ----------------------------------------------------------------------
+
 
 def pad_reference(x: np.ndarray, p: int) -> np.ndarray:
     """Zero padding of the last two axes by ``p``, in float64."""
@@ -358,9 +423,9 @@ def padding_plan(version: str, channels: int, shape, p: int) -> tuple:
         raise ValueError(f"version must be one of {sorted(PADDING_FILES)}, got {version!r}")
     if len(shape) != 4:
         raise ValueError(f"shape must be (N, C, H, W), got {shape}")
-    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW"))
+    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW", strict=True))
     positive_int(channels, "channels", maximum=MAX_PAD_CHANNELS)
-    p = check.nonnegative_int(p, "p (padding)")   # a fraction would leave part of the border unwritten
+    p = check.nonnegative_int(p, "p (padding)")  # a fraction would leave part of the border unwritten
     if c % channels:
         raise ValueError(f"C = {c} must be a multiple of channels per thread = {channels}")
     grid = (math.ceil((h + 2 * p) * (w + 2 * p) / PAD_BLOCK), c // channels, n)
@@ -382,12 +447,14 @@ def pad(version: str, x, out, channels: int, p: int):
     kernel(grid, block, (x, out, np.int32(channels), np.int32(c), np.int32(h), np.int32(w), np.int32(p)))
 
 
-def check_padding(version: str, channels: int, *, shape=(2, 32, 7, 7), p: int = 3,
-                  seed: int | None = None) -> check.CheckResult:
+def check_padding(
+    version: str, channels: int, *, shape=(2, 32, 7, 7), p: int = 3, seed: int | None = None
+) -> check.CheckResult:
     """One padding version on fresh random input with poisoned output, against NumPy (GPU)."""
     padding_plan(version, channels, shape, p)
     common.require_gpu("checking the padding kernel")
     import cupy
+
     x = cupy.asarray(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
     out = check.poison(cupy.empty((*shape[:2], shape[2] + 2 * p, shape[3] + 2 * p), dtype=cupy.float32))
     pad(version, x, out, channels, p)
@@ -404,11 +471,20 @@ def run_padding(versions, channels_list, *, shape=(1024, 1024, 7, 7), p: int = 3
     common.working_set(nbytes)
     common.require_gpu("the padding probe")
     import cupy
+
     x = cupy.random.random(shape, dtype=cupy.float32)
     out = cupy.empty((n, c, h + 2 * p, w + 2 * p), dtype=cupy.float32)
     rows = []
     for version, ch in plan:
-        t = timing.benchmark(lambda: pad(version, x, out, ch, p), warmup=2, repeat=repeat)
-        rows.append(row(f"padding {version}", f"{n}x{c}x{h}x{w} pad {p}, {ch} ch/thread", "bandwidth",
-                        nbytes / (t.median_ms * 1e-3) / 1e9, "GB/s", channels=ch))
+        t = timing.benchmark(lambda version=version, ch=ch: pad(version, x, out, ch, p), warmup=2, repeat=repeat)
+        rows.append(
+            row(
+                f"padding {version}",
+                f"{n}x{c}x{h}x{w} pad {p}, {ch} ch/thread",
+                "bandwidth",
+                nbytes / (t.median_ms * 1e-3) / 1e9,
+                "GB/s",
+                channels=ch,
+            )
+        )
     return rows

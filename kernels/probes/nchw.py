@@ -1,11 +1,13 @@
 """NCHW index generation (source 003, section 8), launched from CUDA C++ (nchw.cu) because the
 source's problem takes microseconds: a Numba launch's Python dispatch would be most of the time.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
 from ..harness import check, timing
 from ..harness.check import positive_int
 from . import common
@@ -16,7 +18,7 @@ def plan(shape, block: int = 256) -> tuple:
     """Grid and block for (N, C, H, W), or a ValueError naming the broken constraint."""
     if len(shape) != 4:
         raise ValueError(f"shape must be (N, C, H, W), got {shape}")
-    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW"))
+    n, c, h, w = (positive_int(v, name) for v, name in zip(shape, "NCHW", strict=True))
     check.block_shape((block,))
     if n * c * h * w >= 2**31:
         raise ValueError(f"N*C*H*W = {n * c * h * w} overflows the kernel's int32 offsets (must be < 2^31)")
@@ -44,6 +46,7 @@ def check_nchw(shape=(3, 5, 7, 9), block: int = 64) -> check.CheckResult:
     plan(shape, block)
     common.require_gpu("checking the NCHW index kernel")
     import cupy
+
     n, c, h, w = shape
     buf = check.poison(cupy.empty(n * h * w, dtype=cupy.int32))
     generate(buf, shape, block)
@@ -57,15 +60,25 @@ def run_nchw(shape=(1024, 64, 56, 56), *, block: int = 256, repeat: int = 20) ->
     nbytes = common.working_set(4 * n * h * w)
     common.require_gpu("the NCHW index probe")
     import cupy
+
     buf = cupy.empty(n * h * w, dtype=cupy.int32)
     t = timing.benchmark(lambda: generate(buf, shape, block), warmup=3, repeat=repeat)
     empty = common.load("launch.cu", "null_kernel")
     t0 = timing.benchmark(lambda: empty((1,), (1,), (buf,)), warmup=3, repeat=repeat)
     problem = f"N*H*W = {n}x{h}x{w}"
-    rows = [row("nchw index", problem, "time", t.median_ms * 1e3, "us"),
-            row("nchw index", problem, "bandwidth", nbytes / (t.median_ms * 1e-3) / 1e9, "GB/s"),
-            row("empty kernel", "1 x 1 thread", "time", t0.median_ms * 1e3, "us")]
+    rows = [
+        row("nchw index", problem, "time", t.median_ms * 1e3, "us"),
+        row("nchw index", problem, "bandwidth", nbytes / (t.median_ms * 1e-3) / 1e9, "GB/s"),
+        row("empty kernel", "1 x 1 thread", "time", t0.median_ms * 1e3, "us"),
+    ]
     if t.median_ms > t0.median_ms:
-        rows.append(row("nchw index", problem, "bandwidth without launch", nbytes / ((t.median_ms - t0.median_ms)
-                                                                                    * 1e-3) / 1e9, "GB/s"))
+        rows.append(
+            row(
+                "nchw index",
+                problem,
+                "bandwidth without launch",
+                nbytes / ((t.median_ms - t0.median_ms) * 1e-3) / 1e9,
+                "GB/s",
+            )
+        )
     return rows

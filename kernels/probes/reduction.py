@@ -6,6 +6,7 @@ fan-in F cuts the active threads by F and costs one barrier, so F = 4 needs half
 barriers, and dependent shared-memory round trips) of F = 2. The shuffle version keeps the first
 five levels in registers (no shared memory, no barrier) and uses shared memory once per warp.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,6 +54,7 @@ def tree_sum(fan_in: int, block: int):
             active = step
         if t == 0:
             partial[cuda.blockIdx.x] = buf[0]
+
     return kernel
 
 
@@ -85,6 +87,7 @@ def shuffle_sum(block: int):
                 offset //= 2
             if t == 0:
                 partial[cuda.blockIdx.x] = v
+
     return kernel
 
 
@@ -126,7 +129,9 @@ def tolerance(block: int) -> float:
     return block * math.log2(max(block, 2)) * 2.0**-23
 
 
-def check_block_sums(variant: str, *, n: int = 64 * 5 + 3, block: int = 64, seed: int | None = None) -> check.CheckResult:
+def check_block_sums(
+    variant: str, *, n: int = 64 * 5 + 3, block: int = 64, seed: int | None = None
+) -> check.CheckResult:
     """One variant on fresh random input (n not a multiple of block: a partial last block) with poisoned
     output, against float64 (the shuffle variant needs a GPU: the simulator has no warp shuffles)."""
     x = np.random.default_rng(seed).random(positive_int(n, "n"), dtype=np.float32)
@@ -145,12 +150,15 @@ def run_reduction(variant_list, *, n: int = 2**26, block: int = 256, repeat: int
     n = common.working_set(positive_int(n, "n") * 4) // 4
     common.require_gpu("the reduction probe")
     import cupy
+
     x = cupy.random.random(n, dtype=cupy.float32)
     partial = cupy.empty(math.ceil(n / block), dtype=cupy.float32)
     rows = []
     for v in variant_list:
-        t = timing.benchmark(lambda: block_sums(v, x, partial, block), warmup=3, repeat=repeat)
+        t = timing.benchmark(lambda v=v: block_sums(v, x, partial, block), warmup=3, repeat=repeat)
         problem = f"{n} floats, block {block}"
-        rows += [row(f"reduce {v}", problem, "time", t.median_ms, "ms"),
-                 row(f"reduce {v}", problem, "bandwidth", 4 * n / (t.median_ms * 1e-3) / 1e9, "GB/s")]
+        rows += [
+            row(f"reduce {v}", problem, "time", t.median_ms, "ms"),
+            row(f"reduce {v}", problem, "bandwidth", 4 * n / (t.median_ms * 1e-3) / 1e9, "GB/s"),
+        ]
     return rows

@@ -3,7 +3,8 @@ dL/dmap and G the same zero-padded Gaussian blur (symmetric, so it is its own ad
 kernel: the three products g * dm/d. are formed while loading the tile (+5 px halo) into shared
 memory, then blurred separably, then combined with the two images at the centre pixel.
 """
-from functools import lru_cache
+
+from functools import cache
 
 import numpy as np
 from numba import cuda, float32
@@ -16,7 +17,7 @@ GPU_TILE = {"bx": 32, "by": 16}
 SIM_TILE = {"bx": 8, "by": 8}
 
 
-@lru_cache(maxsize=None)
+@cache
 def build(bx: int, by: int):
     tile_shape = (3, by + 2 * RADIUS, bx + 2 * RADIUS)
     scratch_shape = (3, by + 2 * RADIUS, bx)
@@ -82,12 +83,16 @@ def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | Non
         out = device.xp().empty(shape, dtype=np.float32)
     else:
         check.require_array(out, "out", dtype=np.float32, shape=shape)
-        check.require_output(out, "out", {"img1": img1, "img2": img2, "grad_map": grad_map, "d_mu1": d_mu1,
-                                          "d_s11": d_s11, "d_s12": d_s12})
+        check.require_output(
+            out,
+            "out",
+            {"img1": img1, "img2": img2, "grad_map": grad_map, "d_mu1": d_mu1, "d_s11": d_s11, "d_s12": d_s12},
+        )
     t = tile_params("backward", GPU_TILE, SIM_TILE, tile)
     check.block_shape((t["bx"], t["by"]))
     n, c, h, w = shape
     grid = ((w + t["bx"] - 1) // t["bx"], (h + t["by"] - 1) // t["by"], n * c)
     build(t["bx"], t["by"])[grid, (t["bx"], t["by"])](
-        *(planes(a) for a in (img1, img2, grad_map, d_mu1, d_s11, d_s12, out)))
+        *(planes(a) for a in (img1, img2, grad_map, d_mu1, d_s11, d_s12, out))
+    )
     return out

@@ -1,4 +1,5 @@
 """Measure SSIM versions on a GPU: time, rates, % of the floor, resources; read the A100 seed numbers."""
+
 from __future__ import annotations
 
 import csv
@@ -48,8 +49,14 @@ def profile(shape=common.BENCH_SHAPE) -> tuple[str, dict] | None:
     as thread-instructions, i.e. warp instructions x 32). None where neither GPU has a stored profile."""
     slugs = [device.environment()["gpu_slug"]] if device.on_gpu() else []
     for slug in [*slugs, results.REFERENCE_GPU]:
-        path = next((root / slug / "ssim_ncu.csv" for root in (results.RESULTS, results.REPOSITORY)
-                     if (root / slug / "ssim_ncu.csv").exists()), None)
+        path = next(
+            (
+                root / slug / "ssim_ncu.csv"
+                for root in (results.RESULTS, results.REPOSITORY)
+                if (root / slug / "ssim_ncu.csv").exists()
+            ),
+            None,
+        )
         if path is None:
             continue
         with path.open(newline="") as f:
@@ -72,45 +79,62 @@ def problem_name(shape, training: bool = False) -> str:
 def inputs(shape, sets: int = 2, seed: int = 0):
     """``sets`` independent image pairs on the GPU; rotating through them keeps L2 from serving reruns."""
     import cupy
+
     return [tuple(cupy.asarray(a) for a in common.test_images(shape, seed=seed + i)) for i in range(sets)]
 
 
 def measure(version: str, shape, ceilings, *, training: bool = False, sets=None, repeat: int = 50) -> dict:
     """Median time of one version, its GB/s, GFLOP/s and % of the floor under the measured ceilings."""
     import cupy
+
     sets = sets or inputs(shape)
     out = cupy.empty(shape, dtype=cupy.float32)
-    t = timing.benchmark(lambda a, b: common.run(version, a, b, out=out, training=training), args=sets,
-                         repeat=repeat)
+    t = timing.benchmark(lambda a, b: common.run(version, a, b, out=out, training=training), args=sets, repeat=repeat)
     w = common.work(shape, training=training)
     r = timing.rates(t, flops=w["flops"], bytes_moved=w["bytes"])
     fl = roofline.floor(w["flops"], w["bytes"], gflops=ceilings.fma_gflops, gbps=ceilings.copy_gbps)
-    return {"version": version, "problem": problem_name(shape, training), "ms": t.median_ms,
-            "spread": t.spread, "GB/s": r["GB/s"], "GFLOP/s": r["GFLOP/s"],
-            "floor_ms": fl.floor_ms, "% of floor": 100 * fl.floor_ms / t.median_ms}
+    return {
+        "version": version,
+        "problem": problem_name(shape, training),
+        "ms": t.median_ms,
+        "spread": t.spread,
+        "GB/s": r["GB/s"],
+        "GFLOP/s": r["GFLOP/s"],
+        "floor_ms": fl.floor_ms,
+        "% of floor": 100 * fl.floor_ms / t.median_ms,
+    }
 
 
 def measure_mean(version: str, shape, *, valid: bool = False, sets=None, repeat: int = 50) -> dict:
     """Median ms of the SSIM sum (one float64 on the device) two ways: the map, then its float64 sum
     (``common.map_sum``); and, for ``common.fused_mean_versions()``, the fused sum that writes no map."""
     import cupy
+
     sets = sets or inputs(shape)
     out = cupy.empty(shape, dtype=cupy.float32)
-    two_pass = timing.benchmark(lambda a, b: common.map_sum(common.run(version, a, b, out=out, valid=valid)),
-                                args=sets, repeat=repeat)
-    row = {"version": version, "problem": problem_name(shape) + ("-valid" if valid else ""),
-           "map + mean ms": two_pass.median_ms, "fused ms": None}
+    two_pass = timing.benchmark(
+        lambda a, b: common.map_sum(common.run(version, a, b, out=out, valid=valid)), args=sets, repeat=repeat
+    )
+    row = {
+        "version": version,
+        "problem": problem_name(shape) + ("-valid" if valid else ""),
+        "map + mean ms": two_pass.median_ms,
+        "fused ms": None,
+    }
     if version in common.fused_mean_versions():
-        fused = timing.benchmark(lambda a, b: common.fused_sums(version, a, b, valid=valid).sum(), args=sets,
-                                 repeat=repeat)
+        fused = timing.benchmark(
+            lambda a, b: common.fused_sums(version, a, b, valid=valid).sum(), args=sets, repeat=repeat
+        )
         row["fused ms"] = fused.median_ms
     return row
 
 
 def result_rows(m: dict) -> list[dict]:
     """A measurement as rows for results.record('ssim', ...)."""
-    return [{"kernel": m["version"], "problem": m["problem"], "metric": k, "value": m[k], "unit": u}
-            for k, u in METRICS.items()]
+    return [
+        {"kernel": m["version"], "problem": m["problem"], "metric": k, "value": m[k], "unit": u}
+        for k, u in METRICS.items()
+    ]
 
 
 def timed(version: str, shape, ceilings=None, *, training: bool = False, sets=None) -> dict | None:
@@ -124,16 +148,20 @@ def timed(version: str, shape, ceilings=None, *, training: bool = False, sets=No
     stored = results.latest("ssim", results.REFERENCE_GPU)
     if (version, problem, "ms") not in stored:
         return None
-    return {"version": version, "problem": problem,
-            **{k: float(stored[(version, problem, k)]["value"]) for k in METRICS if (version, problem, k) in stored}}
+    return {
+        "version": version,
+        "problem": problem,
+        **{k: float(stored[(version, problem, k)]["value"]) for k in METRICS if (version, problem, k) in stored},
+    }
 
 
 def describe(m: dict | None, version: str = "") -> str:
     if m is None:
         return f"{version}: no GPU here and no stored run of the reference GPU ({results.REFERENCE_GPU}) yet."
     extra = f", {m['% of floor']:.1f}% of the floor" if "% of floor" in m else ""
-    return (f"{m['version']}: {m['ms']:.4f} ms, {m['GB/s']:.0f} GB/s, {m['GFLOP/s']:.0f} GFLOP/s{extra}"
-            + ("" if device.on_gpu() else f"  [stored run of {results.REFERENCE_GPU}]"))
+    return f"{m['version']}: {m['ms']:.4f} ms, {m['GB/s']:.0f} GB/s, {m['GFLOP/s']:.0f} GFLOP/s{extra}" + (
+        "" if device.on_gpu() else f"  [stored run of {results.REFERENCE_GPU}]"
+    )
 
 
 def seed_ratio(new: str, old: str) -> tuple[float, str] | None:
@@ -155,8 +183,11 @@ def seed_ratio(new: str, old: str) -> tuple[float, str] | None:
 
 def step(measured: dict, new: str, old: str) -> str:
     """The time ratio new/old measured here beside the worklog's A100 ratio (``seed_ratio``)."""
-    here = (f"{measured[new]['ms'] / measured[old]['ms']:.3f}" if measured.get(new) and measured.get(old)
-            else "n/a (not measured)")
+    here = (
+        f"{measured[new]['ms'] / measured[old]['ms']:.3f}"
+        if measured.get(new) and measured.get(old)
+        else "n/a (not measured)"
+    )
     seed = seed_ratio(new, old)
     if seed is None:
         there = "not published"
@@ -175,19 +206,32 @@ def resources(version: str) -> dict:
     if version in common.CUDA_VERSIONS:
         cuda_versions.require_runnable(version)
         arch = device.target_arch()
-        (r,) = [r for r in cuda_cpp.compile_cubin(cuda_versions.source(version), arch).resources
-                if r.kernel == cuda_versions.kernel_name(version)]
-        return {"version": version, "registers": r.registers, "local bytes": r.stack_bytes,
-                "spill bytes": r.spill_stores + r.spill_loads, "shared bytes": r.smem_bytes}
+        (r,) = [
+            r
+            for r in cuda_cpp.compile_cubin(cuda_versions.source(version), arch).resources
+            if r.kernel == cuda_versions.kernel_name(version)
+        ]
+        return {
+            "version": version,
+            "registers": r.registers,
+            "local bytes": r.stack_bytes,
+            "spill bytes": r.spill_stores + r.spill_loads,
+            "shared bytes": r.smem_bytes,
+        }
     if not device.on_gpu():
         raise RuntimeError("resource counts of Numba kernels need a GPU compile")
     kernel = numba_kernel(version)
 
     def one(value):  # a dispatcher with one compiled signature may still answer {signature: value}
         return next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
-    return {"version": version, "registers": one(kernel.get_regs_per_thread()),
-            "local bytes": one(kernel.get_local_mem_per_thread()), "spill bytes": None,
-            "shared bytes": one(kernel.get_shared_mem_per_block())}
+
+    return {
+        "version": version,
+        "registers": one(kernel.get_regs_per_thread()),
+        "local bytes": one(kernel.get_local_mem_per_thread()),
+        "spill bytes": None,
+        "shared bytes": one(kernel.get_shared_mem_per_block()),
+    }
 
 
 def numba_kernel(version: str, training: bool = False):
@@ -205,8 +249,13 @@ def local_memory_instructions(version: str) -> dict:
     if not instructions:
         raise sass.SassUnavailable(f"no instructions parsed from the SASS of {version}")
     c = sass.counts(instructions)
-    return {"version": version, "LDL": c["local load (spill)"], "STL": c["local store (spill)"],
-            "FFMA": c["FFMA"], "instructions": len(instructions)}
+    return {
+        "version": version,
+        "LDL": c["local load (spill)"],
+        "STL": c["local store (spill)"],
+        "FFMA": c["FFMA"],
+        "instructions": len(instructions),
+    }
 
 
 def hot_loop(version: str) -> dict:
@@ -222,9 +271,12 @@ def hot_loop(version: str) -> dict:
 
     path = cuda_cpp.source_path(cuda_versions.source(version))
     text = path.read_text()
-    for pattern, replacement in ((r"const bool interior = [^;]*;", "const bool interior = true;"),
-                                 (r"training != 0", "false"), (r"if \(training\)", "if (false)"),
-                                 (r"if \(interior\) \{", "if (true) {")):
+    for pattern, replacement in (
+        (r"const bool interior = [^;]*;", "const bool interior = true;"),
+        (r"training != 0", "false"),
+        (r"if \(training\)", "if (false)"),
+        (r"if \(interior\) \{", "if (true) {"),
+    ):
         text = re.sub(pattern, replacement, text)
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / path.name
@@ -232,17 +284,30 @@ def hot_loop(version: str) -> dict:
         compiled = cuda_cpp.compile_cubin(probe, "sm_90", (f"-I{path.parent}",))
         instructions = sass.disassemble(compiled, cuda_versions.kernel_name(version))
     labels = {i.label: i.address for i in instructions if i.label}
-    start, end = max(((labels[m.group(0)], i.address) for i in instructions if i.base == "BRA"
-                      and (m := re.search(r"\.L_x_\d+", i.operands)) and labels.get(m.group(0), i.address) < i.address),
-                     key=lambda t: t[1] - t[0])
+    start, end = max(
+        (
+            (labels[m.group(0)], i.address)
+            for i in instructions
+            if i.base == "BRA"
+            and (m := re.search(r"\.L_x_\d+", i.operands))
+            and labels.get(m.group(0), i.address) < i.address
+        ),
+        key=lambda t: t[1] - t[0],
+    )
     loop = [i for i in instructions if start <= i.address <= end]
     unroll = re.search(r"constexpr int kUnroll = (\d+);", text)
     rows = 10 if "kSlots" in text else int(unroll.group(1)) if unroll else 1
     moves = sum(i.base == "MOV" or i.opcode.startswith("IMAD.MOV") for i in loop)
     cols = int(re.search(r"constexpr int kColsPerThread = (\d+);", text).group(1))
-    return {"version": version, "loop instructions": len(loop), "KB": 16 * len(loop) / 1024,
-            "rows per trip": rows, "per row": len(loop) / rows, "moves per row": moves / rows,
-            "per row and column": len(loop) / rows / cols}
+    return {
+        "version": version,
+        "loop instructions": len(loop),
+        "KB": 16 * len(loop) / 1024,
+        "rows per trip": rows,
+        "per row": len(loop) / rows,
+        "moves per row": moves / rows,
+        "per row and column": len(loop) / rows / cols,
+    }
 
 
 def peers() -> list[tuple[str, object]]:
@@ -258,11 +323,13 @@ def peers() -> list[tuple[str, object]]:
         return found
     try:
         from pytorch_msssim import ssim as msssim_ssim
+
         found.append(("pytorch-msssim", lambda a, b: msssim_ssim(a, b, data_range=1.0, size_average=False)))
     except ImportError:
         print("pytorch-msssim is not installed: skipped.")
     try:
         from kornia.metrics import ssim as kornia_ssim
+
         found.append(("kornia", lambda a, b: kornia_ssim(a, b, common.WINDOW, max_val=1.0)))
     except ImportError:
         print("kornia is not installed: skipped.")
@@ -274,6 +341,7 @@ def time_peer(fn, shape, repeat: int = 20) -> float:
     """Median ms of a PyTorch SSIM; PyTorch's default stream is the legacy default stream, which the
     CuPy events of timing.benchmark are recorded on."""
     import torch
+
     a, b = (torch.as_tensor(x, device="cuda") for x in common.test_images(shape))
     with torch.no_grad():
         t = timing.benchmark(lambda: fn(a, b), repeat=repeat)
@@ -286,6 +354,7 @@ def peer_agreement(name: str, fn, shape, version: str) -> dict:
     ours zero) and each image's mean over it (all pytorch-msssim returns: its convolutions do not pad)."""
     import cupy
     import torch
+
     a, b = common.test_images(shape, kind="structured", seed=5)
     ref = common.crop_valid(common.reference(a, b))
     ours = cupy.asnumpy(common.run(version, cupy.asarray(a), cupy.asarray(b), valid=True)).astype(np.float64)
@@ -294,9 +363,14 @@ def peer_agreement(name: str, fn, shape, version: str) -> dict:
 
     def image_means(m):
         return m.reshape(m.shape[0], -1).mean(axis=1)
-    row = {"peer": name, "shape": "x".join(map(str, shape)),
-           f"{version} map err": float(np.abs(ours - ref).max()), "peer map err": None,
-           f"{version} mean err": float(np.abs(image_means(ours) - image_means(ref)).max())}
+
+    row = {
+        "peer": name,
+        "shape": "x".join(map(str, shape)),
+        f"{version} map err": float(np.abs(ours - ref).max()),
+        "peer map err": None,
+        f"{version} mean err": float(np.abs(image_means(ours) - image_means(ref)).max()),
+    }
     if got.ndim == 4:  # a 'same' map
         got = common.crop_valid(got)
         row["peer map err"] = float(np.abs(got - ref).max())
@@ -317,8 +391,12 @@ def peer_rows(shape, version: str) -> tuple[list[dict], list[dict]]:
     PyTorch 2.11 failed to import (a schema parse error in its custom-op registration) into a process
     where V3, V4 and V11 had run, though it imported after the worklog's versions alone and into a fresh
     process. Lines the peers print are passed on."""
-    run = subprocess.run([sys.executable, "-m", "kernels.ssim.bench", "--peers", version, *map(str, shape)],
-                         capture_output=True, text=True, cwd=results.ROOT)
+    run = subprocess.run(
+        [sys.executable, "-m", "kernels.ssim.bench", "--peers", version, *map(str, shape)],
+        capture_output=True,
+        text=True,
+        cwd=results.ROOT,
+    )
     lines = run.stdout.splitlines()
     if run.returncode or not lines:
         raise RuntimeError(f"the peer process failed (exit {run.returncode}): {(run.stderr or run.stdout)[-1500:]}")
@@ -343,8 +421,9 @@ def main(versions=None) -> int:
     training for the register-pipeline versions, the fused mean where there is one) and print one line
     each, and one for each version this GPU cannot run; records nothing. Returns the exit status."""
     from kernels.harness import ceilings as ceilings_module
+
     for v in versions or ():
-        common.version_module(v)   # an unknown version is refused before the GPU is asked for
+        common.version_module(v)  # an unknown version is refused before the GPU is asked for
     if not device.on_gpu():
         print("needs a CUDA GPU; without one there is nothing to measure")
         return 1
@@ -359,13 +438,16 @@ def main(versions=None) -> int:
     for v in [v for v in versions if v in common.fused_mean_versions()]:
         for valid in (False, True):
             m = measure_mean(v, common.BENCH_SHAPE, valid=valid, sets=sets)
-            print(f"{v} SSIM value{' (valid)' if valid else ''}: map + mean {m['map + mean ms']:.4f} ms, "
-                  f"fused {m['fused ms']:.4f} ms", flush=True)
+            print(
+                f"{v} SSIM value{' (valid)' if valid else ''}: map + mean {m['map + mean ms']:.4f} ms, "
+                f"fused {m['fused ms']:.4f} ms",
+                flush=True,
+            )
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--peers"]:   # peer_rows' child: python -m kernels.ssim.bench --peers VERSION N C H W
+    if sys.argv[1:2] == ["--peers"]:  # peer_rows' child: python -m kernels.ssim.bench --peers VERSION N C H W
         print(json.dumps(_peer_rows_here(tuple(map(int, sys.argv[3:])), sys.argv[2])))
     else:
         sys.exit(main(sys.argv[1:]))

@@ -15,28 +15,29 @@ shift is exact everywhere) and adds SHIFT back to the two means. Variances and t
 change under a shift, but E[x^2] - mu^2 then cancels on numbers near 0.06 instead of near 0.5: about an
 order of magnitude less float32 rounding error on smooth bright images (``float32_model`` shows it on the CPU).
 """
+
 from __future__ import annotations
 
 import importlib
 import math
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
+from numba import cuda, float32
 
 from kernels.harness import check, device  # first: device picks the simulator before numba.cuda loads
-from numba import cuda, float32
 
 WINDOW = 11
 RADIUS = WINDOW // 2
 SIGMA = 1.5
-C1 = 0.01 ** 2
-C2 = 0.03 ** 2
+C1 = 0.01**2
+C2 = 0.03**2
 
 
 def gaussian_weights() -> np.ndarray:
     """The 11 normalized 1-D Gaussian taps in float64; the 2-D window is their outer product."""
     k = np.arange(WINDOW) - RADIUS
-    g = np.exp(-(k ** 2) / (2 * SIGMA ** 2))
+    g = np.exp(-(k**2) / (2 * SIGMA**2))
     return g / g.sum()
 
 
@@ -75,8 +76,7 @@ CUDA_VERSIONS = [v for v, f in VERSIONS.items() if f.endswith(".cu")]
 
 # Problem sizes: the worklog's image, and odd sizes that are not multiples of any tile.
 BENCH_SHAPE = (1, 3, 2160, 3840)
-CHECK_SHAPES = {"ci": [(1, 1, 11, 11), (1, 1, 21, 30)],
-                "full": [(1, 1, 11, 11), (1, 3, 37, 53), (2, 3, 2161, 3839)]}
+CHECK_SHAPES = {"ci": [(1, 1, 11, 11), (1, 1, 21, 30)], "full": [(1, 1, 11, 11), (1, 3, 37, 53), (2, 3, 2161, 3839)]}
 MAP_ATOL, MEAN_ATOL = 1e-4, 1e-6
 # A width that is a multiple of 4 with odd height and channel count: V7 on copies 16-byte chunks and
 # stores 8-byte pairs only there, so its interior blocks are checked here (the odd sizes take the edge path).
@@ -95,9 +95,11 @@ def problem_sizes(profile: str) -> dict:
 # ---------------------------------------------------------------------------------------------------
 # float64 reference (NumPy + SciPy, vectorized)
 
+
 def blur(x: np.ndarray) -> np.ndarray:
     """Separable Gaussian over the last two axes with zero padding, in float64."""
     from scipy.ndimage import correlate1d
+
     g = gaussian_weights()
     x = np.asarray(x, dtype=np.float64)
     return correlate1d(correlate1d(x, g, axis=-1, mode="constant"), g, axis=-2, mode="constant")
@@ -140,8 +142,10 @@ def reference_backward(img1, img2, grad_map):
 def crop_valid(ssim_map):
     """The 'valid' map: drop the RADIUS-pixel border where the window reaches into the zero padding."""
     if len(ssim_map.shape) < 2 or min(ssim_map.shape[-2:]) < WINDOW:
-        raise ValueError(f"ssim_map: a valid map needs at least {WINDOW}x{WINDOW} pixels (the window), got shape "
-                         f"{tuple(ssim_map.shape)}")
+        raise ValueError(
+            f"ssim_map: a valid map needs at least {WINDOW}x{WINDOW} pixels (the window), got shape "
+            f"{tuple(ssim_map.shape)}"
+        )
     return ssim_map[..., RADIUS:-RADIUS, RADIUS:-RADIUS]
 
 
@@ -176,10 +180,10 @@ def float32_model(img1, img2, *, shift: float = SHIFT) -> np.ndarray:
         h, w = v.shape[-2] - 2 * RADIUS, v.shape[-1] - 2 * RADIUS
         acc = np.zeros(v.shape[:-1] + (w,), np.float32)
         for k in range(WINDOW):  # fmaf(g, v, acc): exact product, one rounding
-            acc = (g[k] * v[..., k:k + w] + acc).astype(np.float32)
+            acc = (g[k] * v[..., k : k + w] + acc).astype(np.float32)
         out = np.zeros(v.shape[:-2] + (h, w), np.float32)
         for k in range(WINDOW):
-            out = (g[k] * acc[..., k:k + h, :] + out).astype(np.float32)
+            out = (g[k] * acc[..., k : k + h, :] + out).astype(np.float32)
         return out
 
     pad = [(0, 0)] * (np.ndim(img1) - 2) + [(RADIUS, RADIUS)] * 2
@@ -208,13 +212,13 @@ def work(shape, *, training: bool = False) -> dict:
 def v2_ffma_per_block(bx: int, by: int, channels: int = 3) -> float:
     """The worklog's V2 model: FFMA warp-instructions of one block computing bx x by outputs of every
     channel: 5 moments x (x-pass over by+10 rows + y-pass over by rows) x 11 taps, 32 lanes a warp."""
-    check.positive_int(bx, "bx")   # a model: blocks beyond the device's 1024 threads are allowed
+    check.positive_int(bx, "bx")  # a model: blocks beyond the device's 1024 threads are allowed
     check.positive_int(by, "by")
     return channels * 5 * (bx * (by + 2 * RADIUS) * WINDOW + bx * by * WINDOW) / 32
 
 
 def v2_ffma_total(width: int, height: int, bx: int, by: int, channels: int = 3) -> float:
-    per_block = v2_ffma_per_block(bx, by, channels)   # checks the block first
+    per_block = v2_ffma_per_block(bx, by, channels)  # checks the block first
     check.positive_int(width, "width")
     check.positive_int(height, "height")
     return math.ceil(width / bx) * math.ceil(height / by) * per_block
@@ -222,6 +226,7 @@ def v2_ffma_total(width: int, height: int, bx: int, by: int, channels: int = 3) 
 
 # ---------------------------------------------------------------------------------------------------
 # Shared device code of the Numba versions
+
 
 @cuda.jit(device=True, inline=True)
 def ssim_terms(mu1, mu2, ex2, ey2, exy):
@@ -257,6 +262,7 @@ def store(out, d_mu1, d_s11, d_s12, p, y, x, mu1, mu2, ex2, ey2, exy, training):
 # ---------------------------------------------------------------------------------------------------
 # The one launch wrapper
 
+
 def validate(img1, img2) -> tuple:
     """Check the two images and return (N, C, H, W); every error names the constraint."""
     for name, img in (("img1", img1), ("img2", img2)):
@@ -271,7 +277,7 @@ def validate(img1, img2) -> tuple:
     return n, c, h, w
 
 
-@lru_cache(maxsize=None)
+@cache
 def version_module(version: str):
     """The Python module that launches ``version`` (for .cu versions, the shared loader module)."""
     if version not in VERSIONS:
@@ -286,8 +292,10 @@ def tile_params(version: str, gpu_tile: dict, sim_tile: dict, tile: dict | None)
     params = dict(gpu_tile if device.on_gpu() else sim_tile)
     if tile:
         if not params:
-            raise ValueError(f"tile= applies to the Numba versions {NUMBA_VERSIONS}; {version}'s block shape "
-                             "is fixed in its .cu file")
+            raise ValueError(
+                f"tile= applies to the Numba versions {NUMBA_VERSIONS}; {version}'s block shape "
+                "is fixed in its .cu file"
+            )
         unknown = sorted(set(tile) - set(params))
         if unknown:
             raise ValueError(f"{version}: unknown tile keys {unknown}; expected some of {sorted(params)}")
@@ -310,7 +318,9 @@ def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
         if len(derivs) != 3:
             raise ValueError(f"derivs: expected 3 arrays {DERIV_NAMES}, got {len(derivs)}")
     names = [f"derivs[{i}] ({name})" for i, name in enumerate(DERIV_NAMES)]
-    given = [("out", out), *zip(names, derivs or ())]
+    given = [("out", out)]
+    if derivs is not None:
+        given += zip(names, derivs, strict=True)
     written = []
     for name, a in given:
         if a is None:
@@ -319,8 +329,9 @@ def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
         check.require_output(a, name, {"img1": img1, "img2": img2})
         for other, b in written:
             if check.overlaps(a, b):
-                raise ValueError(f"{name} must not overlap {other}: the kernel would overwrite values it writes "
-                                 f"to {other}")
+                raise ValueError(
+                    f"{name} must not overlap {other}: the kernel would overwrite values it writes to {other}"
+                )
         written.append((name, a))
     xp = device.xp()
     if out is None:
@@ -330,8 +341,18 @@ def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
     return out, tuple(derivs) if training else None
 
 
-def run(version: str, img1, img2, *, training: bool = False, valid: bool = False, out=None, derivs=None,
-        check_finite: bool = False, tile: dict | None = None):
+def run(
+    version: str,
+    img1,
+    img2,
+    *,
+    training: bool = False,
+    valid: bool = False,
+    out=None,
+    derivs=None,
+    check_finite: bool = False,
+    tile: dict | None = None,
+):
     """SSIM map of ``img1`` vs ``img2`` by one kernel version.
 
     Returns the map (N, C, H, W), or with ``valid=True`` its interior (N, C, H-10, W-10); with
@@ -369,8 +390,7 @@ def _with_seed(result: check.CheckResult, seed: int) -> check.CheckResult:
     return result
 
 
-def verify(version: str, shapes, kinds=("random", "structured"), *, training: bool = False,
-           seed: int = 0) -> list[str]:
+def verify(version: str, shapes, kinds=("random", "structured"), *, training: bool = False, seed: int = 0) -> list[str]:
     """Verdict lines (map and mean vs the float64 reference) for one version on random images of each
     shape and kind (each case's seed: ``seed`` plus the verdict lines before it), with poisoned
     outputs. The lines name tolerances, not errors, and the training tolerances scale with the
@@ -385,11 +405,17 @@ def verify(version: str, shapes, kinds=("random", "structured"), *, training: bo
             case_seed = seed + len(lines)
             a, b, ref = _case(tuple(shape), kind, case_seed, training)
             out, *derivs = (check.poison(xp.empty(shape, dtype=np.float32)) for _ in range(4 if training else 1))
-            got = run(version, xp.asarray(a), xp.asarray(b), out=out, derivs=tuple(derivs) if training else None,
-                      training=training)
+            got = run(
+                version,
+                xp.asarray(a),
+                xp.asarray(b),
+                out=out,
+                derivs=tuple(derivs) if training else None,
+                training=training,
+            )
             label = f"{version} {'x'.join(map(str, shape))} {kind}"
             if training:
-                for g, r, name in zip(got, ref, ("map", *DERIV_NAMES)):
+                for g, r, name in zip(got, ref, ("map", *DERIV_NAMES), strict=True):
                     atol = MAP_ATOL * max(1.0, float(np.abs(r).max()))
                     result = check.compare(g, r, atol=atol, name=f"{label} {name} (atol relative to max)")
                     lines.append(str(_with_seed(result, case_seed)))
@@ -418,6 +444,7 @@ def mean(ssim_map) -> float:
 def fused_mean_versions() -> list[str]:
     """The versions whose kernel can sum SSIM itself, writing no map (V13 on)."""
     from . import cuda_versions
+
     return [v for v in CUDA_VERSIONS if cuda_versions.has_fused_mean(v)]
 
 
@@ -427,8 +454,9 @@ def fused_sums(version: str, img1, img2, *, valid: bool = False):
     validate(img1, img2)
     module = version_module(version)  # an unknown version is refused here
     if version not in fused_mean_versions():
-        raise ValueError(f"{version} has no fused mean (versions that have one: {fused_mean_versions()}); "
-                         "use mean(run(...)) instead")
+        raise ValueError(
+            f"{version} has no fused mean (versions that have one: {fused_mean_versions()}); use mean(run(...)) instead"
+        )
     n, c, h, w = img1.shape
     sums = device.xp().zeros(n * c, dtype=np.float64)
     module.launch_mean(version, img1, img2, sums, valid)
@@ -456,8 +484,9 @@ def fused_checks(version: str, shapes, seed: int = 100) -> list:
             want = (crop_valid(ref) if valid else ref).mean()
             got = fused_mean(version, xp.asarray(a), xp.asarray(b), valid=valid)
             label = f"{version} {'x'.join(map(str, shape))} fused {'valid-map ' if valid else ''}mean"
-            found.append(_with_seed(check.compare(np.array([got]), np.array([want]), atol=MEAN_ATOL, name=label),
-                                    case_seed))
+            found.append(
+                _with_seed(check.compare(np.array([got]), np.array([want]), atol=MEAN_ATOL, name=label), case_seed)
+            )
     return found
 
 

@@ -3,10 +3,11 @@
 Their block geometry is a set of compile-time constants in each .cu file; the grid is computed from
 those same constants, read from the source, so the two cannot disagree.
 """
+
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -20,7 +21,7 @@ _CONSTANT = re.compile(r"constexpr int (\w+) = ([^;]+);")
 HEADER = cuda_cpp.source_path("ssim/ssim_common.cuh")  # the constants every .cu file includes
 # V7 on copy rows with cp.async (copy_async in ssim_common.cuh), an sm_80 instruction; V3-V6 use
 # __pipeline_memcpy_async, which compiles to plain copies before sm_80.
-ASYNC_COPY = CUDA_VERSIONS[CUDA_VERSIONS.index("V7"):]
+ASYNC_COPY = CUDA_VERSIONS[CUDA_VERSIONS.index("V7") :]
 
 
 def unsupported(version: str, props: dict) -> str | None:
@@ -65,7 +66,7 @@ def kernel_name(version: str) -> str:
     return "ssim_" + VERSIONS[version][:-3]
 
 
-@lru_cache(maxsize=None)
+@cache
 def geometry(version: str) -> dict:
     """threads per block, output columns and rows per block, as the .cu file defines them."""
     text = HEADER.read_text() + cuda_cpp.source_path(source(version)).read_text()
@@ -75,7 +76,7 @@ def geometry(version: str) -> dict:
     return {"threads": consts.get("kThreads", consts["kCols"]), "cols": consts["kCols"], "rows": consts["kRows"]}
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernel(version: str):
     require_runnable(version)
     return cuda_cpp.load(source(version), kernel_name(version))
@@ -86,18 +87,20 @@ def launch(version, img1, img2, out, derivs):
     g = geometry(version)
     grid = ((w + g["cols"] - 1) // g["cols"], (h + g["rows"] - 1) // g["rows"], n * c)
     d = derivs or (out, out, out)  # never written when training == 0
-    kernel(version)(grid, (g["threads"],),
-                    (*(planes(a) for a in (img1, img2, out, *d)), np.int32(h), np.int32(w),
-                     np.int32(derivs is not None)))
+    kernel(version)(
+        grid,
+        (g["threads"],),
+        (*(planes(a) for a in (img1, img2, out, *d)), np.int32(h), np.int32(w), np.int32(derivs is not None)),
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def has_fused_mean(version: str) -> bool:
     """Whether the .cu file has a second kernel, ssim_<file>_mean, that sums SSIM without a map (V13 on)."""
     return f"{kernel_name(version)}_mean(" in cuda_cpp.source_path(source(version)).read_text()
 
 
-@lru_cache(maxsize=None)
+@cache
 def mean_kernel(version: str):
     require_runnable(version)
     return cuda_cpp.load(source(version), kernel_name(version) + "_mean")
@@ -108,5 +111,6 @@ def launch_mean(version, img1, img2, sums, valid: bool):
     n, c, h, w = img1.shape
     g = geometry(version)
     grid = ((w + g["cols"] - 1) // g["cols"], (h + g["rows"] - 1) // g["rows"], n * c)
-    mean_kernel(version)(grid, (g["threads"],),
-                         (planes(img1), planes(img2), sums, np.int32(h), np.int32(w), np.int32(valid)))
+    mean_kernel(version)(
+        grid, (g["threads"],), (planes(img1), planes(img2), sums, np.int32(h), np.int32(w), np.int32(valid))
+    )

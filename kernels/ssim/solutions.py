@@ -3,10 +3,11 @@
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
 The student edition leaves this file out (scripts/student_edition.py).
 """
+
 import numpy as np
+from numba import cuda, float32
 
 from kernels.harness.exercise import attach  # first: the harness picks the simulator
-from numba import cuda, float32
 
 from .common import GAUSS, RADIUS, WINDOW
 
@@ -14,6 +15,7 @@ BX, BY = 16, 8  # small blocks: the simulator runs every thread as a Python thre
 
 
 # --- ssim-ex-blur-x: the x-pass, 11 Gaussian taps along a row with zero padding -----------------
+
 
 @cuda.jit
 def blur_x(out, img):
@@ -71,7 +73,7 @@ def launch_blur_x_off_by_one(out, img):
 
 
 _k = np.arange(WINDOW) - RADIUS
-UNNORMALISED = np.exp(-(_k ** 2) / (2 * 1.5 ** 2)).astype(np.float32)  # exp(-k^2 / 2 sigma^2), not divided by its sum
+UNNORMALISED = np.exp(-(_k**2) / (2 * 1.5**2)).astype(np.float32)  # exp(-k^2 / 2 sigma^2), not divided by its sum
 
 
 @cuda.jit
@@ -91,7 +93,12 @@ def launch_blur_x_unnormalised(out, img):
     blur_x_unnormalised[grid_of(out), (BX, BY)](out, img)
 
 
-attach("ssim-ex-blur-x", solution=launch_blur_x,
-       wrong={"border outputs skipped": (launch_blur_x_interior_only, "of the border"),
-              "window off by one": (launch_blur_x_off_by_one, "shifted by 1 along axis 1"),
-              "taps not normalised": (launch_blur_x_unnormalised, "times the expected value")})
+attach(
+    "ssim-ex-blur-x",
+    solution=launch_blur_x,
+    wrong={
+        "border outputs skipped": (launch_blur_x_interior_only, "of the border"),
+        "window off by one": (launch_blur_x_off_by_one, "shifted by 1 along axis 1"),
+        "taps not normalised": (launch_blur_x_unnormalised, "times the expected value"),
+    },
+)

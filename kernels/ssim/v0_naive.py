@@ -2,6 +2,7 @@
 computed one after another, each as an x-pass into a shared scratch buffer and a y-pass out of it,
 each pass preceded by zeroing ("flushing") the scratch buffer and a block barrier.
 """
+
 from functools import lru_cache
 
 from numba import cuda, float32

@@ -2,6 +2,7 @@
 (the x-pass overwrites every element it later reads) and no barrier that another barrier already covers.
 Should save the 5 flushes and 7 of 18 barriers per block: a few percent.
 """
+
 from functools import lru_cache
 
 from numba import cuda, float32

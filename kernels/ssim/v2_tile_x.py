@@ -3,6 +3,7 @@ wider, flatter bx x by tile: more independent work per thread (fewer stalls) but
 since every tile recomputes the x-pass on by + 10 rows. The model in common.v2_ffma_per_block says
 FFMA work grows with (by + 5) / by: the worklog measured this version slower than V1.
 """
+
 from functools import lru_cache
 
 from numba import cuda, float32

@@ -5,6 +5,7 @@ row from the ring. The x-pass halo in Y is now 10 rows per strip, not per small 
 ring is an array indexed by a runtime slot, so it lives in local memory (DRAM-backed), and the bounds
 tests in the load are branches.
 """
+
 from functools import lru_cache
 
 from numba import cuda, float32

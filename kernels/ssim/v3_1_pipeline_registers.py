@@ -2,6 +2,7 @@
 each row (oldest value dropped, new one appended) and read with constant indices, so every element is
 a register and the local-memory traffic of V3-0 disappears. The rotation costs register moves.
 """
+
 from functools import lru_cache
 
 from numba import cuda, float32
@@ -15,9 +16,19 @@ SIM_TILE = {"bx": 8, "by": 8}
 @cuda.jit(device=True, inline=True)
 def tap11(q):
     """The y-pass over one ring: constant indices only, so the tuple never leaves registers."""
-    return (GAUSS[0] * q[0] + GAUSS[1] * q[1] + GAUSS[2] * q[2] + GAUSS[3] * q[3] + GAUSS[4] * q[4]
-            + GAUSS[5] * q[5] + GAUSS[6] * q[6] + GAUSS[7] * q[7] + GAUSS[8] * q[8] + GAUSS[9] * q[9]
-            + GAUSS[10] * q[10])
+    return (
+        GAUSS[0] * q[0]
+        + GAUSS[1] * q[1]
+        + GAUSS[2] * q[2]
+        + GAUSS[3] * q[3]
+        + GAUSS[4] * q[4]
+        + GAUSS[5] * q[5]
+        + GAUSS[6] * q[6]
+        + GAUSS[7] * q[7]
+        + GAUSS[8] * q[8]
+        + GAUSS[9] * q[9]
+        + GAUSS[10] * q[10]
+    )
 
 
 @cuda.jit(device=True, inline=True)
