@@ -10,6 +10,9 @@ import numpy as np
 from numba import cuda
 
 THREADS = 64
+# Shared-array shapes must be compile-time constants on a GPU: module-level ints, not expressions.
+HALO_TILE = THREADS + 1
+BANK_BUF = 32 * 33
 
 
 @cuda.jit
@@ -44,7 +47,7 @@ def add_2d(out, x, y):
 def diff_shared(out, x):
     """out[i] = x[i + 1] - x[i]: each block stages its elements and one more in shared memory, then
     every thread reads two of them, one loaded by its neighbour."""
-    tile = cuda.shared.array(THREADS + 1, np.float32)
+    tile = cuda.shared.array(HALO_TILE, np.float32)
     t = cuda.threadIdx.x
     i = cuda.grid(1)
     if i < x.size:
@@ -59,7 +62,7 @@ def diff_shared(out, x):
 @cuda.jit
 def diff_shared_no_barrier(out, x):
     """diff_shared without its cuda.syncthreads(): a thread may read tile[t + 1] before thread t + 1 wrote it."""
-    tile = cuda.shared.array(THREADS + 1, np.float32)
+    tile = cuda.shared.array(HALO_TILE, np.float32)
     t = cuda.threadIdx.x
     i = cuda.grid(1)
     if i < x.size:
@@ -122,7 +125,7 @@ def copy_columns(out, x):
 def shared_stride(out, x, stride):
     """out = 2 x through shared memory, lane t of each warp using word t * stride: the stride decides
     how many lanes share a bank."""
-    buf = cuda.shared.array(32 * 33, np.float32)
+    buf = cuda.shared.array(BANK_BUF, np.float32)
     t = cuda.threadIdx.x  # blocks of 32 threads: one warp
     i = cuda.grid(1)
     if i < x.size:

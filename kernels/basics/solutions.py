@@ -10,6 +10,8 @@ from numba import cuda
 
 from kernels.harness.exercise import attach
 
+STENCIL_TILE = 64 + 2  # a block's elements and one more on each side (a constant: a GPU needs one)
+
 
 # --- basics-ex-map: out[i] = x[i] + 10 ----------------------------------------------------------
 @cuda.jit
@@ -272,7 +274,7 @@ attach(
 # --- basics-ex-stencil: out[i] = x[i - 1] + x[i] + x[i + 1], zero outside x ---------------------
 @cuda.jit
 def sum3(out, x):
-    tile = cuda.shared.array(64 + 2, np.float32)  # the block's elements and one more on each side
+    tile = cuda.shared.array(STENCIL_TILE, np.float32)
     t = cuda.threadIdx.x
     i = cuda.grid(1)
     tile[t + 1] = x[i] if i < x.size else 0
@@ -305,7 +307,7 @@ def launch_stencil_global(out, x):
 
 @cuda.jit
 def sum3_no_barrier(out, x):
-    tile = cuda.shared.array(64 + 2, np.float32)
+    tile = cuda.shared.array(STENCIL_TILE, np.float32)
     t = cuda.threadIdx.x
     i = cuda.grid(1)
     tile[t + 1] = x[i] if i < x.size else 0
