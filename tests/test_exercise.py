@@ -48,8 +48,9 @@ def test_published_solution_passes(label, rng):
 
 
 def access_only(ex, report) -> bool:
-    """On a GPU the access recorder does not run: a kernel whose only mistake is its access pattern passes there."""
-    return device.on_gpu() and bool(ex.expect) and report.ok
+    """On a GPU the access recorder does not run, and shared memory is not filled with NaN: a kernel whose mistake
+    is its access pattern, a race or an unset shared slot can compute the right values there by luck."""
+    return device.on_gpu() and report.ok and ex.label.startswith("basics-")
 
 
 @pytest.mark.parametrize("label,name", WRONG)
@@ -58,7 +59,7 @@ def test_wrong_kernel_fails_and_says_why(label, name, rng):
     ex = exercise.get(label)
     report = ex.check(launch, rng=rng)
     if access_only(ex, report):
-        pytest.skip(f"{name!r} computes the right values: its access pattern is counted in the simulator only")
+        pytest.skip(f"{name!r} computes the right values on this GPU: the simulator shows its mistake")
     assert not report.ok, f"{name!r} passed the checker of {label}"
     assert words in str(report), str(report)
 
