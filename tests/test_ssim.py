@@ -563,3 +563,25 @@ def test_cuda_register_rotation_does_not_spill(version):
     capped = "__maxnreg__" in cuda_cpp.source_path(cuda_versions.source(version)).read_text()
     limit = 128 if capped else 0  # bytes
     assert r.spill_stores <= limit and r.spill_loads <= limit and r.stack_bytes <= limit, r
+
+
+def test_profile_of_this_gpu_is_used_only_if_it_covers_the_reference_versions(tmp_path, monkeypatch):
+    from kernels.harness import results
+    from kernels.ssim import bench
+
+    def table(slug, versions):
+        (tmp_path / slug).mkdir(exist_ok=True)
+        metrics = ("warp instructions", "local load instructions", "local store instructions", "DRAM bytes")
+        body = "".join(f"{v},{m},1\n" for v in versions for m in metrics)
+        (tmp_path / slug / "ssim_ncu.csv").write_text("version,metric,value\n" + body)
+
+    table(results.REFERENCE_GPU, ("V4", "V11"))
+    table("other-gpu", ("V4",))  # an older profile, before V11
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "REPOSITORY", tmp_path)
+    monkeypatch.setattr(bench.device, "on_gpu", lambda: True)
+    monkeypatch.setattr(bench.device, "environment", lambda: {"gpu_slug": "other-gpu"})
+    monkeypatch.setattr(bench, "gpu_name", lambda slug: slug)
+    assert bench.profile((1, 1, 2, 2))[0] == results.REFERENCE_GPU
+    table("other-gpu", ("V4", "V11", "V12"))
+    assert bench.profile((1, 1, 2, 2))[0] == "other-gpu"

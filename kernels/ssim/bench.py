@@ -44,11 +44,15 @@ def timed_gpu() -> str:
 
 def profile(shape=common.BENCH_SHAPE) -> tuple[str, dict] | None:
     """The Nsight Compute counters scripts/ssim_profile.py stored (one inference launch of each version at
-    ``shape``), of this GPU, or of the reference GPU where this one has none: (the GPU's name,
-    {version: {metric: value}}), with the work counters also per output pixel ("... / px"; instructions
-    as thread-instructions, i.e. warp instructions x 32). None where neither GPU has a stored profile."""
+    ``shape``), of this GPU, or of the reference GPU where this one has none or an older one that lacks
+    some of the reference GPU's versions: (the GPU's name, {version: {metric: value}}), with the work
+    counters also per output pixel ("... / px"; instructions as thread-instructions, i.e. warp
+    instructions x 32). None where neither GPU has a stored profile."""
     slugs = [device.environment()["gpu_slug"]] if device.on_gpu() else []
+    reference = _profile_versions(results.REFERENCE_GPU)
     for slug in [*slugs, results.REFERENCE_GPU]:
+        if slug != results.REFERENCE_GPU and not reference <= _profile_versions(slug):
+            continue
         path = next(
             (
                 root / slug / "ssim_ncu.csv"
@@ -70,6 +74,16 @@ def profile(shape=common.BENCH_SHAPE) -> tuple[str, dict] | None:
             c["DRAM bytes / px"] = c["DRAM bytes"] / pixels
         return gpu_name(slug), counters
     return None
+
+
+def _profile_versions(slug: str) -> set[str]:
+    """The versions of a GPU's stored profile (empty where it has none)."""
+    for root in (results.RESULTS, results.REPOSITORY):
+        path = root / slug / "ssim_ncu.csv"
+        if path.exists():
+            with path.open(newline="") as f:
+                return {row["version"] for row in csv.DictReader(f)}
+    return set()
 
 
 def problem_name(shape, training: bool = False) -> str:
