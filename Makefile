@@ -19,6 +19,7 @@ CHAPTERS = $(shell ls notebooks/*.ipynb | sed -E 's|notebooks/[0-9]+[a-z]?_||; s
 
 help:
 	@echo "make book                 build the HTML book from the notebooks' stored outputs"
+	@echo "                          (RESULTS_FROM=<gpu>: from that GPU's rerun in build/rerun/<gpu>/)"
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
 	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
 	@echo "make book-check           the built book in headless Chromium (needs chromium: .ci/run installs it in CI)"
@@ -40,12 +41,17 @@ BOOK_REPOSITORY_URL ?=
 BOOK_CONFIG := $(if $(BOOK_REPOSITORY_URL),--config build/_config.yml,)
 MATHJAX_JS := build/mathjax/package/es5/tex-mml-chtml.js
 
+# RESULTS_FROM=<gpu-slug>: the book as that GPU's rerun (build/rerun/<gpu>/) writes it, in build/book-<gpu>/.
+RESULTS_FROM ?=
+BOOK_SRC := $(if $(RESULTS_FROM),build/book-$(RESULTS_FROM),.)
+
 book: $(SETUP) $(MATHJAX_JS)
 	rm -rf _build
 	$(PYTHON) scripts/results_page.py
 	$(if $(BOOK_REPOSITORY_URL),$(PYTHON) scripts/book_config.py "$(BOOK_REPOSITORY_URL)" build/_config.yml,)
-	$(PYTHON) -c "from jupyter_book.cli.main import main; main()" build . $(BOOK_CONFIG) --warningiserror --nitpick --keep-going --quiet
-	@echo "The book is at $(CURDIR)/$(BOOK_HTML)/index.html"
+	$(if $(RESULTS_FROM),$(PYTHON) scripts/book_from.py $(RESULTS_FROM),)
+	$(PYTHON) -c "from jupyter_book.cli.main import main; main()" build $(BOOK_SRC) $(BOOK_CONFIG) --warningiserror --nitpick --keep-going --quiet
+	@echo "The book is at $(CURDIR)/$(BOOK_SRC)/_build/html/index.html"
 
 test: $(SETUP) book
 	NUMBA_ENABLE_CUDASIM=1 BOOK_REQUIRE_HTML=1 BOOK_REQUIRE_BROWSER=$(if $(CI),1,) $(PYTHON) -m pytest -q -ra tests notebooks \
