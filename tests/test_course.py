@@ -274,3 +274,41 @@ def test_course_pages_python_snippets_parse(page):
     text = (ROOT / "book" / f"{page}.md").read_text()
     for block in re.findall(r"```i?python\n(.*?)```", text, flags=re.S):
         ast.parse(textwrap.dedent(block))
+
+
+def minutes_tables(text: str) -> list[tuple[str, list[int], int]]:
+    """Every activity table of the syllabus: (the session heading above it, its minutes, its total)."""
+    tables = []
+    for section in re.split(r"\n(?=## )", text):
+        heading = section.splitlines()[0]
+        for body in re.findall(r"\| Activity \| Minutes \|\n\| --- \| ---: \|\n((?:\|.*\n)+)", section + "\n"):
+            rows = [line.rsplit("|", 2)[1].strip() for line in body.splitlines()]
+            total = rows.pop()
+            assert re.fullmatch(r"\*\*\d+\*\*", total), f"{heading}: the table's last row is not its bold total"
+            tables.append((heading, [int(m) for m in rows], int(total.strip("*"))))
+    return tables
+
+
+def test_each_sessions_minutes_add_up_to_its_slot():
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    slot = int(re.search(r"\*\*Each session\s+is a (\d+)-minute slot\*\*", text).group(1))
+    tables = minutes_tables(text)
+    sessions = re.findall(r"^## (\d+)\. ", text, flags=re.M)
+    assert sessions == [str(i) for i in range(1, 10)]
+    assert {h.split(".")[0][3:] for h, _, _ in tables} == set(sessions), "a session without a minutes table"
+    for heading, minutes, total in tables:
+        assert sum(minutes) == total, f"{heading}: the activities add up to {sum(minutes)}, the total says {total}"
+        assert total == slot, f"{heading}: {total} minutes in a {slot}-minute slot"
+
+
+def test_gpu_budget_follows_from_the_measured_reruns():
+    """The budget is five times the longest `make rerun` on the H100, rounded up to whole minutes; one
+    GPU serves for timing as many students as that budget fits in 90 minutes (the page says both)."""
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    assert "five times the longest run, rounded up" in text and "90 divided by the budget, rounded down" in text
+    rows = re.findall(r"^\| (\d.*?) \| (\d+)(?:-(\d+))? \| (\d+) \| (\d+) \|$", text, flags=re.M)
+    assert len(rows) == 10, rows
+    for session, low, high, budget, students in rows:
+        longest = int(high or low)
+        assert int(budget) == -(-5 * longest // 60), f"{session}: budget {budget} for {longest} s"
+        assert int(students) == 90 // int(budget), f"{session}: {students} students for {budget} minutes"
