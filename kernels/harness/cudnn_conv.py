@@ -15,33 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import check
-
-
-def missing() -> str | None:
-    """None when the frontend and a cuDNN library load; else one line saying what is missing."""
-    try:
-        import cudnn
-
-        version = cudnn.backend_version()
-    except Exception as err:  # ImportError, or the frontend present but no libcudnn to load
-        return (
-            f"cuDNN is not available ({type(err).__name__}: {err}); install the GPU extras: "
-            f"pip install -r requirements-gpu.txt"
-        )
-    return None if version else "cuDNN frontend loaded but reports no backend version"
-
-
-def version() -> str | None:
-    """The cuDNN library the frontend loaded and the frontend's own version, as in "9.19.0 (frontend
-    1.32.0)"; None where ``missing()`` says why not. A baseline's time depends on both."""
-    if missing():
-        return None
-    import cudnn
-
-    v = cudnn.backend_version()
-    # cuDNN 9 encodes MAJOR * 10000 + MINOR * 100 + PATCH; cuDNN 8 encoded MAJOR * 1000 + MINOR * 100 + PATCH.
-    major, rest = divmod(v, 10000) if v >= 90000 else divmod(v, 1000)
-    return f"{major}.{rest // 100}.{rest % 100} (frontend {cudnn.__version__})"
+from .cudnn_lib import missing, version  # noqa: F401  (importable from here too; device.software imports cudnn_lib)
 
 
 @dataclass

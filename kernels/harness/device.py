@@ -293,7 +293,7 @@ def software() -> dict:
     if MODE == GPU:
         import cupy
 
-        from .cudnn_conv import version
+        from .cudnn_lib import version
 
         out["cupy"] = cupy.__version__
         out["nvrtc"] = ".".join(map(str, cupy.cuda.nvrtc.getVersion()))

@@ -1,6 +1,6 @@
 """Grade a submitted file in a process of its own, so that it can neither stop, hang nor crash a batch.
 
-``grade(label, path, timeout)`` runs ``python -m kernels.harness.submission LABEL FILE RESULT`` with
+``grade(label, path, timeout)`` runs ``python -m kernels.harness.grading LABEL FILE RESULT`` with
 this interpreter and environment (``NUMBA_ENABLE_CUDASIM`` included). That process loads the file,
 checks its ``launch`` and writes the verdict to RESULT; a file counts as graded only through it. A
 process still running after ``timeout`` seconds is killed with everything it started; one that ends
@@ -11,14 +11,12 @@ the checker itself can still forge one: grade in a container or a throw-away acc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +52,7 @@ def grade(label: str, path: Path, timeout: float = TIMEOUT) -> Verdict:
         with open(stderr, "wb") as err:
             # Files, not pipes: a process the submission leaves behind cannot hold the grader waiting.
             proc = subprocess.Popen(
-                [sys.executable, "-m", "kernels.harness.submission", label, str(path), str(result)],
+                [sys.executable, "-m", "kernels.harness.grading", label, str(path), str(result)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -107,38 +105,3 @@ def table(verdicts: list[Verdict]) -> str:
     rows = [("file", "exercise", "verdict")] + [(str(v.path), v.label, v.status) for v in verdicts]
     wide = [max(len(row[i]) for row in rows) for i in (0, 1)]
     return "\n".join(f"{f:<{wide[0]}}  {e:<{wide[1]}}  {s}" for f, e, s in rows)
-
-
-# --- in the grading process -----------------------------------------------------------------------
-
-
-def _load_launch(path: Path) -> Callable:
-    spec = importlib.util.spec_from_file_location(f"submission_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "launch", None)):
-        raise ValueError(f"{path}: defines no function `launch(out, *inputs)`")
-    return module.launch
-
-
-def _grade_here(ex, path: Path, result: Path):
-    """Load the file, check its launch against the exercise ``ex`` and write the verdict to ``result``."""
-    try:
-        try:
-            launch = _load_launch(path)
-        except Exception as exc:  # noqa: BLE001 -- a file that does not load is a verdict, not a crash
-            status, lines = "FAIL", [f"FAIL  {ex.label}: the file does not load ({type(exc).__name__}: {exc})"]
-        else:
-            report = ex.check(launch)
-            status, lines = "PASS" if report.ok else "FAIL", report.lines
-    except SystemExit as exc:
-        status, lines = "EXIT", [f"EXIT  {ex.label}: the submission called sys.exit({exc.code!r}) before it was graded"]
-    result.write_text(json.dumps({"status": status, "lines": lines}))
-
-
-if __name__ == "__main__":
-    from kernels.harness import exercise  # the registry's module, the one the chapters' exercises import
-
-    _grade_here(exercise.get(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
