@@ -13,7 +13,8 @@ CHAPTER ?=
 UPDATE ?= 0
 FORCE ?= 0
 
-CHAPTERS = $(shell ls notebooks/*.ipynb | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
+# A chapter's deep-dive pages (NN_<chapter>_deep_<topic>) rerun with it: scripts/rerun.py picks them up.
+CHAPTERS = $(shell ls notebooks/*.ipynb | grep -v _deep_ | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
 
 .PHONY: help book test gpu-test rerun rerun-all clean book-check
 

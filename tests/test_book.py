@@ -15,9 +15,20 @@ HTML = ROOT / "_build" / "html"
 def toc_files():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
+
+    def visit(entries):
+        for entry in entries:
+            files.append(entry["file"])
+            visit(entry.get("sections", []))
+
     for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
+        visit(part["chapters"])
     return files
+
+
+def test_every_notebook_is_in_the_table_of_contents():
+    notebooks = {f"notebooks/{p.stem}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert notebooks <= set(toc_files()), f"not in _toc.yml: {sorted(notebooks - set(toc_files()))}"
 
 
 @pytest.fixture(scope="module")

@@ -421,3 +421,50 @@ def test_an_overrun_that_writes_nan_is_caught(rng):
         device_only=False,
     )
     assert not report.ok and "outside an array" in str(report), str(report)
+
+
+# --- questions: answers that are numbers, sets or words -------------------------------------------
+
+QUESTION = exercise.Question(
+    label="test-ex-question",
+    task="a count, a set of strides and a word",
+    parts={
+        "blocks": exercise.Part(lambda: 264, "count the blocks of both waves"),
+        "strides": exercise.Part(lambda: {1, 3, 5}, "write the bank of lane l as (l * s) mod 32"),
+        "bound": exercise.Part(lambda: "memory", "compare the intensity with the ridge point"),
+    },
+)
+
+
+def test_a_question_passes_right_answers_within_its_tolerance():
+    report = QUESTION.check({"blocks": 265, "strides": [5, 3, 1], "bound": " Memory"})
+    assert report.ok and report.lines[-1] == "PASS  test-ex-question", str(report)
+
+
+@pytest.mark.parametrize(
+    "answers,words",
+    [
+        ({"blocks": 300, "strides": {1, 3, 5}, "bound": "memory"}, "blocks: not yet. count the blocks"),
+        ({"blocks": 264, "strides": {1, 3}, "bound": "memory"}, "strides: not yet. write the bank"),
+        ({"blocks": 264, "strides": {1, 3, 5, 7}, "bound": "memory"}, "strides: not yet"),
+        ({"blocks": 264, "strides": {1, 3, 5}, "bound": "compute"}, "bound: not yet. compare"),
+        ({"blocks": True, "strides": {1, 3, 5}, "bound": "memory"}, "blocks: not yet"),
+        ({"blocks": "264", "strides": {1, 3, 5}, "bound": "memory"}, "blocks: not yet"),
+        ({"strides": {1, 3, 5}, "bound": "memory"}, "blocks: not answered yet"),
+    ],
+)
+def test_a_question_fails_a_wrong_or_missing_part_and_names_it(answers, words):
+    report = QUESTION.check(answers)
+    assert not report.ok and words in str(report), str(report)
+    assert "264" not in str(report), "the report gave the answer away"
+
+
+def test_a_question_refuses_an_unknown_part_and_the_wrong_entry_point():
+    with pytest.raises(ValueError, match=r"no part named \['block'\]"):
+        QUESTION.check({"block": 264})
+    with pytest.raises(TypeError, match="answers: expected a dict"):
+        QUESTION.check(264)
+    with pytest.raises(TypeError, match="asks for answers, not a kernel"):
+        exercise.check(QUESTION, lambda out: None)
+    with pytest.raises(TypeError, match="asks for a kernel"):
+        exercise.answer("machine-ex-saxpy", value=1)

@@ -53,6 +53,34 @@ def prose_lines(text: str) -> str:
     return "\n".join(kept)
 
 
+# A chapter's core path is read in about an hour; deep-dive pages (notebooks/NN_<chapter>_deep_<topic>.ipynb,
+# linked from the chapter) hold the derivations, profiler tables and side experiments.
+CORE_WORDS = 3500
+DEEP = "_deep_"
+CHAPTERS = [p for p in NOTEBOOKS if DEEP not in p.stem]
+# Chapters still longer than CORE_WORDS: strict, so a chapter leaves this set the moment it is short enough.
+LONG = {"02b_ssim_beyond", "03_conv", "04a_probes_compute", "04b_probes_memory", "05_implicit_gemm"}
+
+
+def core_words(text: str) -> int:
+    """Words of prose a reader reads on the core path: Markdown outside code, directive options,
+    exercises and solutions (activities with their own time in the syllabus); a glue role is one word."""
+    kept, stack = [], []
+    for line in text.splitlines():
+        fence = FENCE.fullmatch(line.strip())
+        if fence:
+            mark, info = fence.groups()
+            if not info and stack and stack[-1][0] == mark:
+                stack.pop()
+            else:
+                name = info.strip()[1:].split("}")[0] if info and info.strip().startswith("{") else ""
+                stack.append((mark, name in PROSE_DIRECTIVES - {"exercise", "solution"}))
+            continue
+        if all(keep for _, keep in stack) and not re.match(r"\s*:[\w-]+:", line):
+            kept.append(line)
+    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", GLUE_ROLE.sub("N", "\n".join(kept))))
+
+
 def typed_numbers(text: str, allowed=frozenset()) -> list[str]:
     """The unit-bearing numbers of Markdown ``text`` outside code, math, links and roles."""
     prose = NOT_PROSE.sub(" ", prose_lines(text))
@@ -69,6 +97,30 @@ def test_the_checker_finds_what_a_reader_would_call_typed():
     )
     assert typed_numbers(text) == ["0.43 ms", "1.8x", "12%", "3,003 GB/s", "32 x", "0.4 ms"]
     assert COMMIT.findall("at d7ab087 and 1c2327e, not in 2160x3840 or deadbeef") == ["d7ab087", "1c2327e"]
+
+
+def test_core_words_count_prose_not_code_exercises_or_options():
+    text = (
+        "One {glue:text}`v4_ms:.3f` ms, two.\n```python\nx = 1\n```\n"
+        "```{exercise}\n:label: a-ex-b\nFour more words.\n```\n```{note}\n:class: tip\nThree words here.\n```\n"
+    )
+    assert core_words(text) == 7
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, marks=pytest.mark.xfail(strict=True)) if p.stem in LONG else p for p in CHAPTERS]
+)
+def test_core_path_is_short(path):
+    words = core_words(markdown(path))
+    assert words <= CORE_WORDS, f"{path.name}: {words} words on the core path; move deep material to a deep-dive page"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if DEEP in p.stem], ids=lambda p: p.stem)
+def test_deep_dive_is_linked_from_its_chapter(path):
+    chapter = path.stem.split(DEEP)[0]
+    core = [p for p in CHAPTERS if p.stem == chapter]
+    assert core, f"{path.name}: no chapter notebook {chapter}.ipynb"
+    assert path.stem in markdown(core[0]), f"{core[0].name} does not link its deep dive {path.stem}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

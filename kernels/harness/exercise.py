@@ -88,6 +88,63 @@ class Exercise:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One answer of a ``Question``: ``expected()`` computes it when the student checks (from the
+    exercise's data or from this GPU's stored run); a number matches within ``rtol``, a collection
+    of numbers as a set, a word case-blind. ``hint`` says what to look at again, without the answer."""
+
+    expected: Callable
+    hint: str
+    rtol: float = 0.02
+
+
+@dataclass(frozen=True)
+class Question:
+    """An exercise whose answers are numbers or words (a count, a prediction, a choice), one ``Part``
+    each. The explanations an exercise also asks for are for the teacher (book/teachers.md)."""
+
+    label: str
+    task: str
+    parts: dict
+
+    def check(self, answers: dict, rng=None) -> Report:
+        """``answers`` maps each part's name to the student's value; None (not answered yet) fails."""
+        if not isinstance(answers, dict):
+            raise TypeError(f"{self.label}: answers: expected a dict {{part: value}}, got {type(answers).__name__}")
+        unknown = set(answers) - set(self.parts)
+        if unknown:
+            raise ValueError(f"{self.label}: no part named {sorted(unknown)}; the parts are {list(self.parts)}")
+        lines, ok = [], True
+        for name, part in self.parts.items():
+            given = answers.get(name)
+            if given is None:
+                lines.append(f"  {name}: not answered yet")
+                ok = False
+            elif _matches(given, part.expected(), part.rtol):
+                lines.append(f"  {name}: right")
+            else:
+                lines.append(f"  {name}: not yet. {part.hint}")
+                ok = False
+        verdict = f"PASS  {self.label}" if ok else f"FAIL  {self.label}"
+        return Report(self.label, ok, [*lines, verdict])
+
+
+def _matches(given, want, rtol: float) -> bool:
+    if isinstance(want, str):
+        return isinstance(given, str) and given.strip().lower() == want.lower()
+    if isinstance(want, (set, frozenset, list, tuple)):
+        try:
+            return len(set(given)) == len(set(want)) and all(
+                any(_matches(g, w, rtol) for w in want) for g in set(given)
+            )
+        except TypeError:
+            return False
+    if isinstance(given, (bool, str)) or not isinstance(given, (int, float, np.integer, np.floating)):
+        return False
+    return bool(np.isclose(float(given), float(want), rtol=rtol, atol=0.0))
+
+
+@dataclass(frozen=True)
 class Solutions:
     """An exercise's published ``launch``, and ``wrong``: a name for each deliberately wrong ``launch``,
     mapped to ``(launch, words)``, words its report must contain. The tests run both, proving the
@@ -109,11 +166,16 @@ class Report:
         return "\n".join(self.lines)
 
 
-def register(ex: Exercise) -> Exercise:
+def register(ex: Exercise | Question) -> Exercise | Question:
     if ex.label in _REGISTRY and _REGISTRY[ex.label] is not ex:
         raise ValueError(f"exercise label {ex.label!r} is registered twice")
     if "-ex-" not in ex.label:
         raise ValueError(f"exercise label {ex.label!r} must read '<chapter>-ex-<name>', like the notebook's")
+    if isinstance(ex, Question):
+        if not ex.parts or not all(isinstance(p, Part) for p in ex.parts.values()):
+            raise ValueError(f"{ex.label}: parts must map each answer's name to a Part, got {ex.parts!r}")
+        _REGISTRY[ex.label] = ex
+        return ex
     if not ex.sizes:
         raise ValueError(f"{ex.label}: name at least one size to check")
     if set(ex.expect) - set(accesses.EXPECTATIONS):
@@ -167,8 +229,20 @@ def all_solutions() -> dict[str, Solutions]:
 
 def check(exercise: str | Exercise, launch: Callable) -> Report:
     """Check a student's ``launch`` against a registered exercise, print the report and return it."""
-    ex = exercise if isinstance(exercise, Exercise) else get(exercise)
+    ex = exercise if isinstance(exercise, (Exercise, Question)) else get(exercise)
+    if isinstance(ex, Question):
+        raise TypeError(f"{ex.label} asks for answers, not a kernel: exercise.answer({ex.label!r}, part=value, ...)")
     report = ex.check(launch)
+    print(report)
+    return report
+
+
+def answer(label: str, **answers) -> Report:
+    """Check a student's answers to a ``Question``, print which parts are right and return the report."""
+    ex = get(label)
+    if not isinstance(ex, Question):
+        raise TypeError(f"{label} asks for a kernel: exercise.check({label!r}, launch)")
+    report = ex.check(answers)
     print(report)
     return report
 
@@ -661,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
         ex = get(args.label)
     except KeyError as exc:
         parser.error(exc.args[0])
+    if isinstance(ex, Question):
+        parser.error(f"{ex.label} asks for answers, not a kernel: students check them in the notebook")
     verdicts = []
     for path in args.files:
         print(f"== {path}", flush=True)
