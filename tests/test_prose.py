@@ -123,6 +123,28 @@ def test_deep_dive_is_linked_from_its_chapter(path):
     assert path.stem in markdown(core[0]), f"{core[0].name} does not link its deep dive {path.stem}"
 
 
+# The kernels' sources reach the pages (literalinclude): a time or rate in them would be one GPU's run.
+SOURCE_MEASUREMENT = re.compile(
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|µs|us|ns|TFLOP/s|GFLOP/s|TFLOPS|TB/s|GB/s)(?!\w)|Measured \("
+)
+SOURCES = sorted(
+    p for p in [*(ROOT / "kernels").rglob("*"), *(ROOT / "scripts").glob("*.py")] if p.suffix in {".py", ".cu", ".cuh"}
+)
+
+
+def test_sources_type_no_time_or_rate():
+    found = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in SOURCES
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if SOURCE_MEASUREMENT.search(line)
+    ]
+    assert SOURCES and not found, "a source states a measured time or rate; the notebook measures it:\n" + "\n".join(
+        found
+    )
+    assert SOURCE_MEASUREMENT.search("// Measured (H100): about 0.19 ms") and not SOURCE_MEASUREMENT.search("1e-4f")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_prose_has_no_typed_measurement(path):
     found = typed_numbers(markdown(path), ALLOWED.get(path.stem, set()))

@@ -7,12 +7,12 @@
 // and uses them for all 3 column taps: the shift by one column is a register renaming at compile time.
 // The copies are cp.async (global -> shared without registers, zero-filled outside the image), two
 // buffers deep: chunk t + 1 is in flight while chunk t is computed. Shared memory is dynamic: the
-// default 16 x 16 x 64 tile with 16-channel chunks needs ~113 KiB per block.
-// Prediction (conv1, SASS counts of the default tile): 22.6 FFMA per LDS.128 (DOUBLE BUFFER: 16) and the
-// copies with their index arithmetic issued once per chunk instead of once per tap: E ~0.79 against 0.60,
-// so ~48 TFLOP/s at the measured FMA ceiling if 2 warps per scheduler (one 8-warp block per SM at 233
-// registers per thread) keep the FMA pipe as busy as DOUBLE BUFFER's 3. conv2's 14 x 14 images fill
-// 196 of a tile's 256 pixels: the padded quarter is computed too, so ~38 TFLOP/s of useful work there.
+// default 16 x 16 x 64 tile with 16-channel chunks needs about half of an SM's shared memory per block.
+// Prediction (conv1, from the SASS counts of the default tile): more FFMAs per LDS.128 than DOUBLE BUFFER
+// and the copies with their index arithmetic issued once per chunk instead of once per tap, so a higher
+// E and rate at the FMA ceiling, if 2 warps per scheduler (one 8-warp block per SM at its register
+// count) keep the FMA pipe as busy as DOUBLE BUFFER's 3. conv2's 14 x 14 images fill 196 of a tile's
+// 256 pixels: the padded quarter is computed too, so less useful work there (notebook 03 computes both).
 // Needs C and K multiples of 4 and 16-byte aligned tensors. Layout NHWC as in VECTORIZE.
 #ifndef TH
 #define TH 16         // output rows per block

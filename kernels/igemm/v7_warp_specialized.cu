@@ -7,8 +7,8 @@
 // is left. The 128x256 tile moves 20% fewer shared-memory bytes per multiply-add than 128x128 and
 // gathers each input row half as often, and one block per SM walks over the tiles, so the producer
 // fills the next tile's stages while the consumers store the last.
-// Prediction: about 1.3x step 6, past 60% of cuDNN (the notebook measures it and says why it falls
-// short). Needs sm_90a, like step 6.
+// Prediction: faster than step 6 by the shared-memory bytes and barriers saved (notebook 05 predicts,
+// measures and says why it still falls short of cuDNN). Needs sm_90a, like step 6.
 #include <cuda_fp16.h>
 #include "hopper.cuh"
 

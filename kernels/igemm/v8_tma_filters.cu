@@ -7,7 +7,7 @@
 // without passing through the L1 or the producer's registers. The input gather stays cp.async:
 // a 128-pixel tile crosses image rows, which a plain tiled box cannot describe.
 // Prediction: fewer load instructions in flight per stage (8 cp.async per thread instead of 24)
-// should shorten the time a stage takes to fill: a few percent to 10% over step 7 (the notebook
+// should shorten the time a stage takes to fill, a small gain over step 7 (notebook 05 predicts and
 // measures it). sm_90a only.
 #include <cuda_fp16.h>
 #include "hopper.cuh"

@@ -1,21 +1,18 @@
 // V10: V9 with three columns per thread and the shift applied once per element in shared memory.
-// V9's row loop is about 390 SASS instructions per input row and thread for its two columns: 224 FFMAs,
-// 52 FMULs (36 of them the products u^2, v^2, uv of the 12 pixels it reads), 34 FADDs (24 of them the
-// shift x - 0.5 of those pixels), 17 shared loads and about 60 of loop, address and copy overhead that
-// does not grow with the columns. Three adjacent columns read 13 pixels instead of 12 for two, so the
-// products per column fall from 18 to 13 and the overhead is shared by three (the reads stay at about 9
-// per column: 4-byte words, as 3 * lane is odd on odd lanes); the shift moves to the lane that copied
-// the element (4 FADDs per lane and image, on the row after the one being computed, meant to keep it
-// off the x-pass's path): under 3 per column instead of 12. Both images of a row share one buffer and address.
-// The SASS count (bench.hot_loop): about 513 instructions per input row, 171 per row and column against
-// V9's 195, 12% fewer: about 192 per output pixel where ncu counted 219 for V9.
-// The price: 150 partial sums in registers, 224 registers a thread: 8 one-warp blocks per SM instead of
-// 12 (each scheduler keeps its warps in its own quarter of the register file: 2 warps of 224 fit, 3 do
-// not), two warps per scheduler instead of three.
-// Prediction: at V9's issue rate about 0.195 ms; fewer warps to pick from may cost some issue rate.
-// Measured (H200, notebook 02b): about 196 instructions per pixel as counted, but issue slots busy 71%
-// instead of 84% and about 0.265 ms, 20% slower than V9 (training about 0.38 ms against 0.25). Slower:
-// kept as the lesson that the instructions saved must not cost the warps the issue rate depends on.
+// V9's row loop (bench.hot_loop counts it) is mostly FFMAs, then the products u^2, v^2, uv of the 12
+// pixels it reads, the shift x - 0.5 of those pixels, shared loads, and loop, address and copy overhead
+// that does not grow with the columns. Three adjacent columns read 13 pixels instead of 12 for two, so
+// the products per column fall from 18 to 13 and the overhead is shared by three (the reads stay at
+// about 9 per column: 4-byte words, as 3 * lane is odd on odd lanes); the shift moves to the lane that
+// copied the element (4 FADDs per lane and image, on the row after the one being computed, meant to
+// keep it off the x-pass's path): under 3 per column instead of 12. Both images of a row share one
+// buffer and address.
+// The price: 150 partial sums in registers, so far more registers a thread and fewer one-warp blocks
+// per SM (each scheduler keeps its warps in its own quarter of the register file): fewer warps per
+// scheduler to pick from.
+// Prediction: fewer instructions per pixel than V9 at V9's issue rate; fewer warps may cost some issue
+// rate. Notebook 02b measures both: kept as the lesson that the instructions saved must not cost the
+// warps the issue rate depends on.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

@@ -1,16 +1,12 @@
 // V11: V9 with four moments instead of five. SSIM and its three training derivatives use sigma1^2 and
 // sigma2^2 only through their sum (the denominator sigma1^2 + sigma2^2 + C2; dm/dsigma1^2 = dm/dsigma2^2),
 // so V11 blurs u, v, u*u + v*v and u*v of the shifted pixels (ssim_fast4): one moment in five fewer in
-// both separable passes. What moves, per input row and thread (two columns), from V9's SASS: the x-pass
-// and y-pass FFMAs 2 x 110 -> 2 x 88 (-44), the products stay three per pixel (u*u, then v*v + it as an
-// FFMA, then u*v), and 20 fewer partial sums wait in registers (2 columns x 10 rows).
-// Prediction: about 390 -> 345 instructions per row (bench.hot_loop), about 219 -> 196 per output pixel
-// in ncu; at V9's issue rate (84%) about 0.20 ms on the H200 (0.2228 * 196 / 219). If the 20 registers
-// saved bring a fourth warp per scheduler (<= 128 registers) the issue rate may rise too.
-// Measured (H100, notebook 02b): 345 SASS instructions per row as counted, 128 registers with no cap
-// (16 warps per SM instead of 12); ncu about 194 instructions per pixel, issue slots busy 89% instead
-// of 84%; about 0.19 ms against V9's 0.22 ms in the same run (14% less), training about 0.28 ms
-// against 0.29. Both targets met on the H100.
+// both separable passes. What moves, per input row and thread (two columns): the x-pass and y-pass
+// FFMAs 2 x 110 -> 2 x 88 (-44), the products stay three per pixel (u*u, then v*v + it as an FFMA, then
+// u*v), and 20 fewer partial sums wait in registers (2 columns x 10 rows).
+// Prediction: the instructions per row fall by those FFMAs (bench.hot_loop counts them), and the time
+// with them at V9's issue rate. If the registers saved bring a fourth warp per scheduler (<= 128
+// registers) the issue rate may rise too. Notebook 02b computes and measures it.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

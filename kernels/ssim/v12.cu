@@ -8,19 +8,13 @@
 // thread (row elements 3 + 2 * lane .. 14 + 2 * lane) reads consecutive float4s across the lanes: 4
 // wavefronts a load, no bank conflict (interleaved, lanes 32 bytes apart, each would take 8).
 // What moves, per input row and thread: -60 (shift and products) -2 (loads) +2 x 14 (the pair step,
-// done twice by the warp) +1 (a second warp barrier): about 345 -> 312 instructions (bench.hot_loop),
-// about 196 -> 180 per output pixel.
+// done twice by the warp) +1 (a second warp barrier).
 // The price: shared-memory traffic. A float4 per pixel is twice the bytes of the two raw floats, so
-// the x-pass reads 48 wavefronts per warp and row instead of 28, about 65 with the pair step, against
-// roughly 80 cycles of issue (4 schedulers, ~320 instructions): the shared pipe runs near 80% busy,
-// where V11 ran near 40%. Prediction: if the loads stay off the critical path, about 9% under V11;
-// mio_throttle / short_scoreboard stalls in ncu say when they do not.
-// Measured (H100, notebook 02b): about 177 instructions per pixel (V11: 194), but issue slots busy 82%
-// instead of 89%, short_scoreboard stalls 0.8 per issue instead of under 0.1 (mio_throttle near 0: the
-// shared pipe kept up, its latency was not hidden): about 0.19 ms, the same as V11, and training about
-// 0.29 ms, 5% slower (the cap spills three values there). Kept as the lesson V10's shift experiment
-// taught first: a shared store-barrier-load chain at the head of every row costs as much issue rate as
-// the instructions it saves.
+// the x-pass reads 48 wavefronts per warp and row instead of 28, more with the pair step: the shared
+// pipe runs about twice as busy as in V11. Prediction: if the loads stay off the critical path, the
+// time falls with the instructions; mio_throttle / short_scoreboard stalls in ncu say when they do not.
+// Notebook 02b measures it: kept as the lesson V10's shift experiment taught first, that a shared
+// store-barrier-load chain at the head of every row can cost as much issue rate as it saves.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

@@ -2,15 +2,13 @@
 // V11 writes the map (4 bytes a pixel, a third of its DRAM traffic) and a second pass reads it back for
 // the mean. V13's second kernel, ssim_v13_mean, writes no map: each thread adds its SSIM values (the
 // two columns of a row in float, then into a double), the warp sums with shuffles, and lane 0 adds the
-// block's sum to the plane's double accumulator (atomicAdd: 1 per block, 5,400 at the benchmark size).
+// block's sum to the plane's double accumulator (atomicAdd: 1 per block).
 // With valid != 0 it counts only the pixels of the valid map (rows and columns kRadius .. size -
 // kRadius - 1). ssim_v13 (map and training) is V11; both kernels share the strip below, specialized by
 // mode, and a separate entry point keeps each kernel's code to the bodies it runs.
 // Prediction: V11's compute time (it is issue-bound, not DRAM-bound) less the map's two store
 // instructions per row, plus about 3 per row for the sum: about V11's map-only time, and faster than
-// V11 + a separate mean by that mean's time (CuPy's reduction reads the 100 MB map: about 0.03-0.05 ms).
-// Measured (H100, notebook 02b): fused mean about 0.19 ms, map + float64 sum about 0.24 ms (valid map:
-// about 0.20 against 0.29 ms); the map kernel takes V11's time.
+// V11 + a separate mean by that mean's time (a reduction that reads the whole map back).
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

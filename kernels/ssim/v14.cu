@@ -1,22 +1,17 @@
-// V14: V12 with the product step one row ahead. ncu on V12: 9% fewer instructions than V11 but issue
-// slots busy 82% instead of 89%, short_scoreboard stalls 0.8 per issue: each row begins with shared
-// loads, the products, shared stores and a warp barrier, and only then can the x-pass load its 12
-// float4s and the FFMAs start. V14 double-buffers the products (even/odd[2]) and forms those of row
-// r + 1 in step r, after row r's x-pass loads and beside its y-pass: the x-pass of row r reads products
-// stored one step earlier, behind the barrier at the top of the step, and the pair step's loads and
-// stores overlap independent FFMAs. One warp barrier per row instead of two; the wait is for row r + 1
-// (kStages - 2 rows in flight behind it instead of kStages - 1).
-// Prediction: V12's instruction count (about 313 per row in the SASS, 177 per pixel in ncu) at V11's
-// issue rate (89%): about 0.175 ms on the H100, 8% under V11. If the cap of 128 registers spills in the
+// V14: V12 with the product step one row ahead. ncu on V12: fewer instructions than V11 but a lower
+// issue rate and short_scoreboard stalls: each row begins with shared loads, the products, shared
+// stores and a warp barrier, and only then can the x-pass load its 12 float4s and the FFMAs start.
+// V14 double-buffers the products (even/odd[2]) and forms those of row r + 1 in step r, after row r's
+// x-pass loads and beside its y-pass: the x-pass of row r reads products stored one step earlier,
+// behind the barrier at the top of the step, and the pair step's loads and stores overlap independent
+// FFMAs. One warp barrier per row instead of two; the wait is for row r + 1 (kStages - 2 rows in flight
+// behind it instead of kStages - 1).
+// Prediction: V12's instruction count at V11's issue rate. If the cap of 128 registers spills in the
 // inference loop (the x-pass's loads now live beside the pair step's), or the issue rate stays at V12's,
 // it is V12 again. Edge blocks (2 of 60 block columns at 3840 wide) run one row per trip: unrolled, their
 // bodies spilled beyond the 128 bytes the tests allow a capped kernel.
-// Measured (H100, notebook 02b): slower. About 0.208 ms against V11's 0.190 and V12's 0.192 in the same
-// run, training about 0.30 ms. ncu: 179 instructions per pixel (V12: 177), issue slots busy 81% (V12:
-// 82%), short_scoreboard 0.73 per issue (V12: 0.83): the waits are the x-pass's own 16-byte loads feeding
-// its FFMAs, which moving the pair step does not shorten. The edge blocks' one-row loop spills six values
-// a row (all of ncu's 88,560 local loads) and runs about 570 instructions a row against 306. Kept: the
-// short-scoreboard stall was not the chain at the head of the row.
+// Notebook 02b measures it and reads ncu's stalls: kept as the lesson that the short-scoreboard stall
+// was not the chain at the head of the row but the x-pass's own 16-byte loads feeding its FFMAs.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

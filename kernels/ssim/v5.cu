@@ -1,4 +1,4 @@
-// V5: V4 with a deeper copy pipeline. V4 (one warp per block, 133 registers: 12 warps per SM)
+// V5: V4 with a deeper copy pipeline. V4 (one warp per block, and registers enough to allow few warps per SM)
 // fetched one row ahead, so each row's DRAM latency had to hide behind one row of work of few warps.
 // Here kStages row buffers keep kStages - 1 rows in flight; nothing else changes.
 #include <cuda_pipeline.h>

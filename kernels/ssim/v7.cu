@@ -1,6 +1,7 @@
-// V7: V6's arithmetic with its overhead taken out, engineered on V6's SASS before it ran. ncu counted
-// 326 thread-instructions per output pixel in V6, 130 of them FFMAs. The SASS showed where the rest go:
-//  * register moves (57 per row in the hot-loop table of notebook 02b): the partial sums shifted one
+// V7: V6's arithmetic with its overhead taken out, engineered on V6's SASS before it ran. ncu counts
+// V6's thread-instructions per output pixel, less than half of them FFMAs (notebook 02b's profiler
+// table). The SASS shows where the rest go:
+//  * register moves (the hot-loop table of notebook 02b counts them): the partial sums shifted one
 //    register per input row (p[i] = p[i + 1] + ...) and ptxas, having scheduled the new sums into fresh
 //    registers, copied them back at the end of the loop. Here each output row's sum stays in one slot of
 //    a ring, (row mod 10), and the row loop is unrolled 10 times so every slot index is a constant: no
@@ -11,10 +12,10 @@
 //    zero-filled by cp.async itself (edge blocks and widths not a multiple of 4 keep a per-element path,
 //    zero-filled the same way); adjacent output columns are written as one 8-byte store;
 //  * ptxas is held to 128 registers (16 one-warp blocks per SM instead of V6's 12; the few spills
-//    are about 4 local accesses per row).
-// Prediction (SASS of the unrolled loop): about 400 instructions per input row and thread, i.e. about
-// 225 per output pixel with the halo rows, 30% fewer than V6; at V6's issue rate the time falls by
-// the same 30%, to roughly 0.25 ms on the H200, a little more if the two extra warps raise the issue rate.
+//    are a handful of local accesses per row).
+// Prediction (SASS of the unrolled loop): the instructions per output pixel fall by the moves, the
+// division and the copy overhead removed, and at V6's issue rate the time falls in proportion; a little
+// more if the extra warps raise the issue rate. Notebook 02b computes the numbers and measures them.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

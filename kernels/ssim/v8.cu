@@ -1,12 +1,11 @@
 // V8: V7 with its hot loop cleared of cold code. V7's row loop is unrolled 10 times, and in each of the
 // 10 copies the edge-block copy loop, the per-column stores and the training stores sit between the hot
-// instructions, which are only about 400 per row. V7 gained
-// 12% where its instruction count promised 30%: the guess is instruction fetch (ncu: "no_instruction"
-// stalls), the hot path spread over more code than the instruction caches hold. Here the strip is a
-// template on (interior block, training) and the kernel picks one of the four at the top, so the
-// loop an interior inference block runs holds only its own ~4,000 instructions (64 KB).
-// Prediction: the instruction count per pixel stays (~225), the issue rate recovers to about V6's
-// 71%, and the time falls to roughly 0.25 ms on the H200; if it does not move, fetch was not the cause.
+// instructions. V7 gained less than its instruction count promised: the guess is instruction fetch
+// (ncu: "no_instruction" stalls), the hot path spread over more code than the instruction caches hold.
+// Here the strip is a template on (interior block, training) and the kernel picks one of the four at
+// the top, so the loop an interior inference block runs holds only its own instructions.
+// Prediction: the instruction count per pixel stays, the issue rate recovers to about V6's, and the
+// time falls with it; if it does not move, fetch was not the cause (notebook 02b measures both).
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"

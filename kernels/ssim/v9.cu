@@ -1,13 +1,11 @@
 // V9: V8's specialized bodies with a loop small enough to stay in the instruction cache. ncu showed
-// V7 and V8 issuing 26-34% fewer instructions than V6 but stalled on instruction fetch ("no_instruction"
-// 2-3 warps per issue, V6 0.13): their row loop, unrolled 10 times for the ring of sums, holds about
-// 65 KB of hot code alone (notebook 02b's hot-loop table), V6's about 11 KB. V9 goes back to V6's
-// shifting partial sums and unrolls the row loop twice: in the SASS the register moves of a one-row
-// loop (57 per row in V6's) drop to about one per row (ptxas renames the shifted sums across the
-// pair), and the interior inference loop is 781 instructions, 12 KB. No register cap (V7's and V8's
-// sweeps: capping at 128 cost a few percent).
-// Prediction: about 385 instructions per input row and thread, i.e. about 215 per output pixel (V8's
-// count without its spills), at V6's issue rate of about 70%: roughly 0.24 ms on the H200.
+// V7 and V8 issuing fewer instructions than V6 but stalled on instruction fetch ("no_instruction"),
+// where V6 hardly was: their row loop, unrolled 10 times for the ring of sums, holds several times V6's
+// hot code (notebook 02b's hot-loop table gives the sizes). V9 goes back to V6's shifting partial sums
+// and unrolls the row loop twice: in the SASS the register moves of a one-row loop drop to about one
+// per row (ptxas renames the shifted sums across the pair), and the interior inference loop fits the
+// cache again. No register cap (V7's and V8's sweeps: capping at 128 cost a few percent).
+// Prediction: V8's instruction count without its spills, at V6's issue rate (notebook 02b computes it).
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"
