@@ -238,6 +238,18 @@ def test_the_notebook_uses_only_names_the_module_has():
     assert sorted(name for name in used if not hasattr(ig, name)) == []
 
 
+def test_memcheck_and_the_profile_launch_registered_steps_at_allowed_depths():
+    from kernels.igemm import memcheck, profile
+
+    assert {1} | {step for step, _ in memcheck.ODD_RUNS} == set(ig.STEPS)  # step 1 runs on the first layer
+    for step, options in [*memcheck.ODD_RUNS, *((step, options) for _, step, options in profile.VARIANTS)]:
+        if "stages" in options:
+            low, high = ig.step_info(step).stages
+            assert low <= options["stages"] <= high, (step, options)
+    for label, step, _ in profile.VARIANTS:
+        assert label.startswith(Path(ig.step_info(step).source).stem), label
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 
 
