@@ -1,6 +1,11 @@
 """Implicit GEMM: the reference, the naive step in the simulator, argument validation, the bank
 arithmetic and the CUDA C++ steps' compiles on a CPU; every step against the reference on a GPU."""
 
+import ast
+import json
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,6 +14,7 @@ from kernels.harness import check, cuda_cpp, device, sass
 from kernels.igemm import banks
 from kernels.igemm import common as ig
 
+CUDA_STEPS = [s.number for s in ig.REGISTRY if s.cuda_cpp]
 SIM_PROBLEMS = [
     ig.CI_PROBLEM,
     ig.FIRST_LAYER,  # C = 3
@@ -111,6 +117,139 @@ def test_head_tail_fit_recovers_a_line():
     assert ig.k_half(head, per_k) == pytest.approx(20)
 
 
+# ---- the registry: one record per step -----------------------------------------------------------
+
+IGEMM = Path(ig.__file__).parent
+ROOT = IGEMM.parents[1]
+
+
+def test_every_step_source_is_in_the_registry_and_every_record_has_its_source():
+    on_disk = sorted(p.name for p in IGEMM.iterdir() if re.fullmatch(r"v\d+_\w+\.(py|cu)", p.name))
+    assert sorted(Path(s.source).name for s in ig.REGISTRY) == on_disk
+    for s in ig.REGISTRY:
+        text = cuda_cpp.source_path(s.source).read_text()
+        assert Path(s.source).name.startswith(f"v{s.number}_"), s
+        assert re.search(rf"\b{s.kernel}\(", text), f"{s.source} defines no {s.kernel}"
+        # The record's title is the idea the source's first line announces.
+        assert text.lstrip('"/ ').startswith(f"Step {s.number}: {s.title}"), s
+
+
+def test_the_registry_is_numbered_in_order_and_consistent():
+    assert [s.number for s in ig.REGISTRY] == list(range(1, len(ig.REGISTRY) + 1))
+    for s in ig.REGISTRY:
+        assert ig.step_info(s.number) is s and ig.step_info(np.int64(s.number)) is s
+        assert s.cuda_cpp == s.source.endswith(".cu") and s.threads % 128 == 0
+        # A pipelined step has a depth range, a default inside it and a size per stage; others none.
+        assert (s.stages is None) == (s.default_stages is None) == (s.stage_bytes is None), s
+        if s.pipelined:
+            assert s.stages[0] <= s.default_stages <= s.stages[1], s
+        assert s.cuda_cpp or not (s.pipelined or s.needs or s.wgmma or s.epilogue), s
+        assert not (s.needs and s.wgmma), s  # wgmma wants compute capability 9.0 exactly, not "or newer"
+        assert (not s.specialized or s.wgmma) and (not s.tma_filters or s.specialized), s
+
+
+def test_the_naive_step_launches_the_threads_its_record_says():
+    from kernels.igemm import v1_naive
+
+    assert ig.step_info(1).threads == v1_naive.THREADS
+
+
+def test_the_views_are_the_registry():
+    assert ig.STEPS == {s.number: (s.source, s.kernel) for s in ig.REGISTRY}
+    assert list(ig.STEPS) == [s.number for s in ig.REGISTRY]
+    for view, field in (
+        (ig.PIPELINED, "pipelined"),
+        (ig.EPILOGUE, "epilogue"),
+        (ig.WGMMA, "wgmma"),
+        (ig.SPECIALIZED, "specialized"),
+    ):
+        assert view == tuple(s.number for s in ig.REGISTRY if getattr(s, field)), field
+    assert ig.STAGE_RANGE == {s.number: s.stages for s in ig.REGISTRY if s.pipelined}
+    assert ig.NEEDS == {s.number: s.needs for s in ig.REGISTRY if s.needs}
+    for s in ig.REGISTRY:
+        assert ig.threads(s.number) == s.threads and ig.default_stages(s.number) == s.default_stages
+
+
+@pytest.mark.parametrize("bad", [9, 0, -1, True, 2.0, "2", None])
+def test_an_unknown_step_names_the_choices(bad):
+    choices = re.escape(str(sorted(ig.STEPS)))
+    with pytest.raises(ValueError, match=rf"^step must be one of {choices}, got {re.escape(repr(bad))}$"):
+        ig.step_info(bad)
+    with pytest.raises(ValueError, match="step must be one of"):
+        ig.smem_bytes(bad, 3)
+
+
+def test_only_pipelined_steps_have_dynamic_shared_memory():
+    for step in sorted(set(ig.STEPS) - set(ig.PIPELINED)):
+        with pytest.raises(ValueError, match=rf"only steps \(4, 5, 6, 7, 8\) have dynamic shared memory; step {step}"):
+            ig.smem_bytes(step, 3)
+
+
+# A step's facts written outside the registry: a step compared with a number, tested against a literal
+# list or a view, a literal tuple of step numbers, a dict keyed by them.
+HAND_WRITTEN = (
+    re.compile(r"\bstep\s*(==|!=|<=?|>=?)\s*\d"),
+    re.compile(r"\bstep\s+(not\s+)?in\s+([(\[{]|[A-Z][A-Z_]*\b)"),
+    re.compile(r"[(\[{]\s*[1-9](\s*,\s*[1-9])+\s*,?\s*[)\]}]"),
+    re.compile(r"\{\s*[1-9]\s*:"),
+)
+
+
+def _hand_written(line: str) -> bool:
+    return any(pattern.search(line) for pattern in HAND_WRITTEN)
+
+
+def test_the_hand_written_patterns_catch_the_old_lists():
+    old = [
+        "PIPELINED = (4, 5, 6, 7, 8)  # steps whose shared memory is dynamic",
+        "STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5), 7: (3, 4), 8: (3, 4)}",
+        'NEEDS = {2: ("WMMA", 70), 3: ("mma.sync.m16n8k16", 80)}',
+        "    return 4 if step in WGMMA else 3",
+        "    if x_bypass_l1 and step not in (4, 5):",
+        "    return WGMMA_THREADS if step == 6 else THREADS",
+        "    if step >= 2:",
+    ]
+    assert all(_hand_written(line) for line in old)
+    assert not any(_hand_written(line) for line in ("    info = step_info(step)", "if steps and step not in steps:"))
+
+
+def test_no_step_facts_outside_the_registry():
+    """kernels/igemm asks the records (step_info) for a step's facts; only REGISTRY lists them."""
+    found = []
+    for path in sorted(IGEMM.glob("*.py")):
+        text = path.read_text()
+        registry = set()
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "REGISTRY" for t in node.targets):
+                registry = set(range(node.lineno, node.end_lineno + 1))
+        found += [
+            f"{path.name}:{i}: {line.strip()}"
+            for i, line in enumerate(text.splitlines(), 1)
+            if i not in registry and _hand_written(line)
+        ]
+    assert found == []
+
+
+def test_the_notebook_uses_only_names_the_module_has():
+    cells = json.loads((ROOT / "notebooks" / "05_implicit_gemm.ipynb").read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    used = set(re.findall(r"\big\.(\w+)", code))
+    assert {"STEPS", "PIPELINED", "WGMMA", "default_stages"} <= used  # the pattern finds the views
+    assert sorted(name for name in used if not hasattr(ig, name)) == []
+
+
+def test_memcheck_and_the_profile_launch_registered_steps_at_allowed_depths():
+    from kernels.igemm import memcheck, profile
+
+    assert {1} | {step for step, _ in memcheck.ODD_RUNS} == set(ig.STEPS)  # step 1 runs on the first layer
+    for step, options in [*memcheck.ODD_RUNS, *((step, options) for _, step, options in profile.VARIANTS)]:
+        if "stages" in options:
+            low, high = ig.step_info(step).stages
+            assert low <= options["stages"] <= high, (step, options)
+    for label, step, _ in profile.VARIANTS:
+        assert label.startswith(Path(ig.step_info(step).source).stem), label
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 
 
@@ -148,7 +287,7 @@ def test_wrong_layouts_are_named():
 def test_first_layer_is_refused_by_the_tensor_core_steps_only():
     x, w = _inputs(ig.FIRST_LAYER)
     assert ig.validate(1, x, w) == ig.FIRST_LAYER
-    for step in (2, 3, 4, 5, 6, 7, 8):
+    for step in CUDA_STEPS:
         with pytest.raises(ValueError, match="C = 3 is not a multiple of 8"):
             ig.validate(step, x, w)
     p = ig.Problem(n=1, h=5, w=5, c=8, k=12)
@@ -457,7 +596,7 @@ GPU_PROBLEMS = list(ig.ODD_PROBLEMS) + [ig.CI_PROBLEM, ig.PROBLEM]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: p.label())
-@pytest.mark.parametrize("step", [2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("step", CUDA_STEPS)
 def test_tensor_core_steps(step, problem, rng):
     import cupy
 

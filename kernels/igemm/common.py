@@ -35,25 +35,130 @@ WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-8: 128 rows of A and
 WGMMA_ALIGN = 1024  # steps 6-8's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
 
-STEPS = {
-    1: ("igemm/v1_naive.py", "igemm_naive"),
-    2: ("igemm/v2_wmma.cu", "igemm_v2_wmma"),
-    3: ("igemm/v3_ldmatrix.cu", "igemm_v3_ldmatrix"),
-    4: ("igemm/v4_cp_async.cu", "igemm_v4_cp_async"),
-    5: ("igemm/v5_epilogue.cu", "igemm_v5_epilogue"),
-    6: ("igemm/v6_wgmma.cu", "igemm_v6_wgmma"),
-    7: ("igemm/v7_warp_specialized.cu", "igemm_v7_warp_specialized"),
-    8: ("igemm/v8_tma_filters.cu", "igemm_v8_tma_filters"),
-}
-PIPELINED = (4, 5, 6, 7, 8)  # steps whose shared memory is dynamic: STAGES buffers of a stage each
-EPILOGUE = (5, 6, 7, 8)  # steps that take alpha, bias and ReLU
-WGMMA = (6, 7, 8)  # steps built for sm_90a (Hopper's wgmma)
-SPECIALIZED = (7, 8)  # warp-specialized steps: 128x256 tiles, a grid of `blocks` walking them
-# Steps 6-8 keep one wgmma batch in flight: 3 stages at least; 5 of steps 7-8's 48 KB no longer fit.
-STAGE_RANGE = {4: (2, 5), 5: (2, 5), 6: (3, 5), 7: (3, 4), 8: (3, 4)}
-# The newest instruction of steps 2-5 and the compute capability it first exists on: NVRTC refuses it
-# for older GPUs. (Steps 6-8 need Hopper's wgmma: compute capability 9.0 exactly.)
-NEEDS = {2: ("WMMA", 70), 3: ("mma.sync.m16n8k16", 80), 4: ("cp.async", 80), 5: ("cp.async", 80)}
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the chapter: where it lives and what its launcher and a GPU need to know of it."""
+
+    number: int
+    source: str  # under kernels/, as cuda_cpp.load takes it
+    kernel: str  # the entry point's name in the source
+    title: str  # the idea, as the first line of the source names it
+    threads: int  # per block
+    stages: tuple[int, int] | None = None  # (min, max) pipeline depth: STAGES buffers of dynamic shared memory
+    default_stages: int | None = None
+    stage_bytes: int | None = None  # shared memory of one stage
+    needs: tuple[str, int] | None = None  # its newest instruction, and the compute capability NVRTC first takes it for
+    wgmma: bool = False  # built for sm_90a (Hopper's wgmma): compute capability 9.0 exactly
+    epilogue: bool = False  # takes alpha, bias and ReLU
+    specialized: bool = False  # warp-specialized: 128x256 tiles, a grid of `blocks` walking them
+    x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
+    tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
+
+    @property
+    def pipelined(self) -> bool:
+        return self.stages is not None
+
+    @property
+    def cuda_cpp(self) -> bool:
+        """CUDA C++ on the tensor cores (steps 2 on), not Numba."""
+        return self.source.endswith(".cu")
+
+
+# The one list of steps, in order; everything below asks it. Steps 6-8 keep one wgmma batch in flight:
+# 3 stages at least; 5 of steps 7-8's 48 KB no longer fit. (Step 1's blocks are v1_naive.THREADS wide.)
+REGISTRY = (
+    Step(1, "igemm/v1_naive.py", "igemm_naive", "naive implicit GEMM", THREADS),
+    Step(2, "igemm/v2_wmma.cu", "igemm_v2_wmma", "tensor cores through WMMA", THREADS, needs=("WMMA", 70)),
+    Step(
+        3,
+        "igemm/v3_ldmatrix.cu",
+        "igemm_v3_ldmatrix",
+        "a bank-conflict-free shared layout",
+        THREADS,
+        needs=("mma.sync.m16n8k16", 80),
+    ),
+    Step(
+        4,
+        "igemm/v4_cp_async.cu",
+        "igemm_v4_cp_async",
+        "a multi-stage cp.async pipeline",
+        THREADS,
+        stages=(2, 5),
+        default_stages=3,
+        stage_bytes=STAGE_BYTES,
+        needs=("cp.async", 80),
+        x_bypass_l1=True,
+    ),
+    Step(
+        5,
+        "igemm/v5_epilogue.cu",
+        "igemm_v5_epilogue",
+        "the fused epilogue",
+        THREADS,
+        stages=(2, 5),
+        default_stages=3,
+        stage_bytes=STAGE_BYTES,
+        needs=("cp.async", 80),
+        epilogue=True,
+        x_bypass_l1=True,
+    ),
+    Step(
+        6,
+        "igemm/v6_wgmma.cu",
+        "igemm_v6_wgmma",
+        "Hopper's warpgroup MMA (wgmma)",
+        WGMMA_THREADS,
+        stages=(3, 5),
+        default_stages=4,
+        stage_bytes=WGMMA_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+    ),
+    Step(
+        7,
+        "igemm/v7_warp_specialized.cu",
+        "igemm_v7_warp_specialized",
+        "warp specialization, a 128x256 tile and a persistent grid",
+        WS_THREADS,
+        stages=(3, 4),
+        default_stages=4,
+        stage_bytes=WS_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+        specialized=True,
+    ),
+    Step(
+        8,
+        "igemm/v8_tma_filters.cu",
+        "igemm_v8_tma_filters",
+        "the filter tile through the Tensor Memory Accelerator (TMA)",
+        WS_THREADS,
+        stages=(3, 4),
+        default_stages=4,
+        stage_bytes=WS_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+        specialized=True,
+        tma_filters=True,
+    ),
+)
+_BY_NUMBER = {s.number: s for s in REGISTRY}
+# Views of the registry, for the notebook and the error messages.
+STEPS = {s.number: (s.source, s.kernel) for s in REGISTRY}
+PIPELINED = tuple(s.number for s in REGISTRY if s.pipelined)
+EPILOGUE = tuple(s.number for s in REGISTRY if s.epilogue)
+WGMMA = tuple(s.number for s in REGISTRY if s.wgmma)
+SPECIALIZED = tuple(s.number for s in REGISTRY if s.specialized)
+STAGE_RANGE = {s.number: s.stages for s in REGISTRY if s.pipelined}
+NEEDS = {s.number: s.needs for s in REGISTRY if s.needs}
+
+
+def step_info(step) -> Step:
+    """The registry's record of ``step``; a ValueError naming the steps for anything else."""
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step not in _BY_NUMBER:
+        raise ValueError(f"step must be one of {sorted(_BY_NUMBER)}, got {step!r}")
+    return _BY_NUMBER[step]
 
 
 @dataclass(frozen=True)
@@ -152,11 +257,6 @@ def require_problem(problem) -> None:
         )
 
 
-def check_step(step) -> None:
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step not in STEPS:
-        raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
-
-
 def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
     """x and w uniform in [-1, 1), fp16, as ``xp`` arrays."""
     require_problem(problem)
@@ -215,7 +315,7 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
 
 def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
     """Check every argument of ``step`` and return the Problem it describes; errors name the constraint."""
-    check_step(step)
+    info = step_info(step)
     check.require_array(x, "x (NHWC input)", dtype=np.float16, ndim=4)
     check.require_array(w, "w (KRSC filters)", dtype=np.float16, ndim=4)
     n, h, wd, c = x.shape
@@ -237,7 +337,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
     problem = Problem(n, h, wd, c, k, r, s, int(pad), int(stride))
     if problem.p < 1 or problem.q < 1:
         raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{wd} input (pad {pad})")
-    if step >= 2:
+    if info.cuda_cpp:
         if c % CHUNK:
             raise ValueError(
                 f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
@@ -258,19 +358,19 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
     if bias is not None:
-        if step not in EPILOGUE:
+        if not info.epilogue:
             raise ValueError(
                 f"step {step} computes the plain convolution; bias, alpha and ReLU are fused in steps {EPILOGUE}"
             )
         check.require_array(bias, "bias", dtype=np.float32, shape=(k,))
-        if step in SPECIALIZED and check.address(bias) % 8:
+        if info.specialized and check.address(bias) % 8:
             raise ValueError(
                 f"bias: steps {SPECIALIZED} read it two channels (8 bytes) at a time, so it "
                 f"must be 8-byte aligned (a slice such as b[1:] may not be: pass a copy)"
             )
     if out is not None:
         check.require_output(out, "out", {"x": x, "w": w, "bias": bias})
-    if step >= 2:
+    if info.cuda_cpp:
         for name, a in (("x", x), ("w", w), ("out", out)):
             if a is not None and check.address(a) % 16:
                 raise ValueError(f"{name}: the tensor-core steps need 16-byte aligned arrays")
@@ -278,14 +378,15 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
 
 
 def smem_bytes(step: int, stages: int) -> int:
-    """Dynamic shared memory of a pipelined step: the stages, or the epilogue's re-tiled output if larger
-    (steps 6-8 add room to align their tiles to 1024 bytes)."""
-    if step == 6:
-        return stages * WGMMA_STAGE_BYTES + WGMMA_ALIGN
-    if step in SPECIALIZED:
-        return stages * WS_STAGE_BYTES + WGMMA_ALIGN
-    pipeline = stages * STAGE_BYTES
-    return max(pipeline, EPILOGUE_BYTES) if step == 5 else pipeline
+    """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
+    (the wgmma steps add room to align their tiles to 1024 bytes; their fewest stages hold the output)."""
+    info = step_info(step)
+    if not info.pipelined:
+        raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
+    pipeline = stages * info.stage_bytes
+    if info.wgmma:
+        return pipeline + WGMMA_ALIGN
+    return max(pipeline, EPILOGUE_BYTES) if info.epilogue else pipeline
 
 
 def swizzle128(row: int, chunk: int) -> int:
@@ -295,28 +396,29 @@ def swizzle128(row: int, chunk: int) -> int:
     return row * 128 + ((chunk ^ (row & 7)) << 4)
 
 
-def default_stages(step: int) -> int:
-    return 4 if step in WGMMA else 3
+def default_stages(step: int) -> int | None:
+    """The pipeline depth ``step`` runs with unless told; None for a step without a pipeline."""
+    return step_info(step).default_stages
 
 
 def threads(step: int) -> int:
-    return WGMMA_THREADS if step == 6 else WS_THREADS if step in SPECIALIZED else THREADS
+    return step_info(step).threads
 
 
 def unsupported(step: int, props: dict, stages: int | None = None) -> str | None:
     """Why the GPU ``props`` describes (``device.properties()``) cannot run ``step`` with ``stages``
     (default: the step's own): an instruction it lacks, or more shared memory than a block may have;
     None if it can."""
-    check_step(step)
+    info = step_info(step)
     cc = int(props["cc"])
     here = f"this GPU is {cc / 10:.1f}"
-    if step in WGMMA and cc != 90:
+    if info.wgmma and cc != 90:
         return f"step {step} uses wgmma, which needs a Hopper GPU built for sm_90a (compute capability 9.0); {here}"
-    if step in NEEDS and cc < NEEDS[step][1]:
-        what, need = NEEDS[step]
+    if info.needs and cc < info.needs[1]:
+        what, need = info.needs
         return f"step {step} uses {what}, which needs compute capability {need / 10:.1f} (sm_{need}) or newer; {here}"
-    if step in PIPELINED:
-        stages = default_stages(step) if stages is None else stages
+    if info.pipelined:
+        stages = info.default_stages if stages is None else stages
         smem, limit = smem_bytes(step, stages), props["smem_per_block_optin_bytes"]
         if smem > limit:
             return (
@@ -348,13 +450,13 @@ def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
 
     if device.on_gpu() and (why := unsupported(step, device.properties(), stages)):
         raise RuntimeError(why)  # before compiling: NVRTC's or the driver's error would not say why
-    path, name = STEPS[step]
-    if step not in PIPELINED:
-        return cuda_cpp.load(path, name)
+    info = step_info(step)
+    if not info.pipelined:
+        return cuda_cpp.load(info.source, info.kernel)
     options = (f"-DSTAGES={stages}",) + (("-DX_BYPASS_L1",) if x_bypass_l1 else ())
-    if step in WGMMA:
-        kernel = cuda_cpp.load(path, name, options=options, arch="sm_90a")
-        if step in SPECIALIZED and kernel.num_regs != WS_REGISTERS:
+    if info.wgmma:
+        kernel = cuda_cpp.load(info.source, info.kernel, options=options, arch="sm_90a")
+        if info.specialized and kernel.num_regs != WS_REGISTERS:
             # setmaxnreg only moves registers the block holds: with another count the consumers'
             # request would never be granted and the kernel would hang.
             raise RuntimeError(
@@ -362,7 +464,7 @@ def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
                 f"setmaxnreg split needs exactly {WS_REGISTERS}"
             )
     else:
-        kernel = cuda_cpp.load(path, name, options=options)
+        kernel = cuda_cpp.load(info.source, info.kernel, options=options)
     kernel.max_dynamic_shared_size_bytes = smem_bytes(step, stages)
     return kernel
 
@@ -388,22 +490,24 @@ def launcher(
     only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
     ``problem.ws_tiles()`` gives one block per tile."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
-    if step not in EPILOGUE and (alpha != 1.0 or relu):
+    info = step_info(step)
+    if not info.epilogue and (alpha != 1.0 or relu):
         raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in steps {EPILOGUE}")
-    if stages is not None and step not in PIPELINED:
+    if stages is not None and not info.pipelined:
         raise ValueError(f"stages sets the pipeline depth of steps {PIPELINED} only; step {step} has none")
-    stages = default_stages(step) if stages is None else stages
-    if step in PIPELINED:
-        low, high = STAGE_RANGE[step]
+    stages = info.default_stages if stages is None else stages
+    if info.pipelined:
+        low, high = info.stages
         if not (isinstance(stages, int) and low <= stages <= high):
             raise ValueError(f"stages of step {step} must be an integer from {low} to {high}, got {stages!r}")
-    if x_bypass_l1 and step not in (4, 5):
-        raise ValueError("x_bypass_l1 rebuilds step 4 or 5 only")
-    if blocks is not None and step not in SPECIALIZED:
+    if x_bypass_l1 and not info.x_bypass_l1:
+        rebuilt = " or ".join(str(s.number) for s in REGISTRY if s.x_bypass_l1)
+        raise ValueError(f"x_bypass_l1 rebuilds step {rebuilt} only")
+    if blocks is not None and not info.specialized:
         raise ValueError(f"blocks sets the grid of steps {SPECIALIZED} only")
     if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= problem.ws_tiles()):
         raise ValueError(f"blocks must be an integer from 1 to the {problem.ws_tiles()} tiles, got {blocks!r}")
-    if step == 1:
+    if not info.cuda_cpp:
         from .v1_naive import THREADS as NAIVE_THREADS
         from .v1_naive import igemm_naive
 
@@ -416,10 +520,9 @@ def launcher(
 
     i32 = cupy.int32
     pr = problem
-    # Step 8 reads the filters through a TMA descriptor instead of a pointer.
     args = (
         x,
-        filter_tensor_map(w) if step == 8 else w,
+        filter_tensor_map(w) if info.tma_filters else w,
         out,
         i32(pr.n),
         i32(pr.h),
@@ -433,15 +536,15 @@ def launcher(
         i32(pr.pad),
         i32(pr.stride),
     )
-    if step in EPILOGUE:
+    if info.epilogue:
         if bias is None:
             bias = cupy.zeros(pr.k, dtype=cupy.float32)
         args += (bias, cupy.float32(alpha), i32(bool(relu)))
-    shared = smem_bytes(step, stages) if step in PIPELINED else 0
+    shared = smem_bytes(step, stages) if info.pipelined else 0
     grid = problem.grid()
-    if step in SPECIALIZED:
+    if info.specialized:
         grid = (int(blocks) if blocks else min(problem.ws_tiles(), device.properties()["sms"]),)
-    block = (threads(step),)
+    block = (info.threads,)
 
     def launch():
         kernel(grid, block, args, shared_mem=shared)

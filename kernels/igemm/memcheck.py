@@ -10,6 +10,22 @@ import sys
 
 import numpy as np
 
+# (step, launcher options) run at each odd shape; step 1 runs on the first layer's C = 3 instead.
+ODD_RUNS = (
+    (2, {}),
+    (3, {}),
+    (4, {"stages": 2}),
+    (4, {"stages": 3}),
+    (5, {"stages": 2}),
+    (5, {"stages": 4}),
+    (6, {"stages": 3}),
+    (6, {"stages": 5}),
+    (7, {"stages": 3}),
+    (7, {"stages": 4, "blocks": 1}),
+    (8, {"stages": 3}),
+    (8, {"stages": 4, "blocks": 1}),
+)
+
 
 def main(steps=None) -> int:
     from ..harness import device
@@ -24,24 +40,7 @@ def main(steps=None) -> int:
     import cupy
 
     rng = np.random.default_rng(0)
-    runs = [(1, ig.FIRST_LAYER, {})] + [
-        (step, p, options)
-        for p in ig.ODD_PROBLEMS[:3]
-        for step, options in (
-            (2, {}),
-            (3, {}),
-            (4, {"stages": 2}),
-            (4, {"stages": 3}),
-            (5, {"stages": 2}),
-            (5, {"stages": 4}),
-            (6, {"stages": 3}),
-            (6, {"stages": 5}),
-            (7, {"stages": 3}),
-            (7, {"stages": 4, "blocks": 1}),
-            (8, {"stages": 3}),
-            (8, {"stages": 4, "blocks": 1}),
-        )
-    ]
+    runs = [(1, ig.FIRST_LAYER, {})] + [(step, p, options) for p in ig.ODD_PROBLEMS[:3] for step, options in ODD_RUNS]
     failed = 0
     for step, problem, options in runs:
         if (steps and step not in steps) or ig.left_out(step, options.get("stages")):
