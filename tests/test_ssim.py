@@ -193,6 +193,22 @@ def test_backward_kernel_matches_reference(rng):
     check.assert_close(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())), name="dL/dimg1")
 
 
+def test_backward_constant_gradient_matches_reference(rng):
+    a, b = common.test_images((2, 1, 13, 17), seed=rng)
+    da, db = to_device(a, b)
+    _, d1, d2, d3 = common.run("V3-1", da, db, training=True, derivs=poisoned(a.shape, 3))
+    got = backward.run_constant(da, db, d1, d2, d3, 0.5, out=poisoned(a.shape))
+    ref = common.reference_backward(a, b, np.full(a.shape, 0.5))
+    check.assert_close(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())), name="dL/dimg1")
+
+
+@pytest.mark.parametrize("g", [True, float("nan"), float("inf"), "0.5", None])
+def test_backward_constant_gradient_must_be_a_finite_number(g, rng):
+    a, b = to_device(*common.test_images((1, 1, 11, 11), seed=rng))
+    with pytest.raises(ValueError, match="g: expected a finite real number"):
+        backward.run_constant(a, b, a, a, a, g)
+
+
 def test_backward_rejects_mismatched_gradient(rng):
     a, b = to_device(*common.test_images((1, 1, 11, 11), seed=rng))
     g = device.xp().zeros((1, 1, 11, 12), dtype=np.float32)

@@ -106,3 +106,16 @@ def test_backward_large(rng):
     got = backward.run(da, db, dg, d1, d2, d3, out=poisoned(shape))
     ref = common.reference_backward(a, b, g)
     check.assert_close(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())), name="dL/dimg1")
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 11, 11), (2, 1, 37, 53), common.ALIGNED_SHAPE, (1, 3, 1031, 777)])
+def test_backward_constant_gradient_cuda(shape, rng):
+    """backward.cu (dL/dmap one number): odd sizes, batch > 1, one channel, and the 16-byte interior path."""
+    import cupy
+
+    a, b = common.test_images(shape, seed=rng)
+    g = -1.0 / a.size  # the gradient of 1 - mean(SSIM)
+    _, d1, d2, d3 = run_poisoned("V11", a, b, training=True)
+    got = backward.run_constant(cupy.asarray(a), cupy.asarray(b), d1, d2, d3, g, out=poisoned(shape))
+    ref = common.reference_backward(a, b, np.full(shape, g))
+    check.assert_close(got, ref, atol=1e-4 * float(np.abs(ref).max()), name="dL/dimg1")

@@ -1,7 +1,10 @@
 """Backward: dL/dimg1 = G*(g dm_dmu1) + 2 img1 G*(g dm_dsigma1_sq) + img2 G*(g dm_dsigma12), where g is
-dL/dmap and G the same zero-padded Gaussian blur (symmetric, so it is its own adjoint). One tiled
-kernel: the three products g * dm/d. are formed while loading the tile (+5 px halo) into shared
-memory, then blurred separably, then combined with the two images at the centre pixel.
+dL/dmap and G the same zero-padded Gaussian blur (symmetric, so it is its own adjoint).
+
+``run``: any dL/dmap, one tiled Numba kernel: the three products g * dm/d. are formed while loading the
+tile (+5 px halo) into shared memory, then blurred separably, then combined with the two images at the
+centre pixel. ``run_constant``: a dL/dmap that is one number for every pixel, as for a loss that is a
+multiple of the map's sum or mean; on a GPU the CUDA C++ kernel of backward.cu, which reads no gradient map.
 """
 
 from functools import cache
@@ -9,7 +12,7 @@ from functools import cache
 import numpy as np
 from numba import cuda, float32
 
-from kernels.harness import check, device
+from kernels.harness import check, cuda_cpp, device
 
 from .common import GAUSS, RADIUS, WINDOW, planes, tile_params, validate
 
@@ -95,4 +98,46 @@ def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | Non
     build(t["bx"], t["by"])[grid, (t["bx"], t["by"])](
         *(planes(a) for a in (img1, img2, grad_map, d_mu1, d_s11, d_s12, out))
     )
+    return out
+
+
+B1_COLS, B1_ROWS = 64, 72  # backward.cu's kCols and kRows: the output tile of one block
+
+
+@cache
+def _b1():
+    return cuda_cpp.load("ssim/backward.cu", "ssim_backward_b1")
+
+
+def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):
+    """dL/dimg1 (N, C, H, W) where dL/dmap is ``g`` at every pixel (1 / pixels for the mean-SSIM loss):
+    a real number, or a one-element float32 device array (a training loop's gradient, never copied to
+    the host). On a GPU the CUDA C++ kernel (backward.cu); in the simulator the Numba kernel on a
+    constant map."""
+    xp = device.xp()
+    if hasattr(g, "shape"):
+        check.require_array(g, "g", dtype=np.float32)
+        if g.size != 1:
+            raise ValueError(f"g: expected one dL/dmap value for every pixel, got an array of shape {g.shape}")
+        g_dev = g.reshape(1)
+    elif isinstance(g, bool) or not isinstance(g, (int, float, np.integer, np.floating)) or not np.isfinite(g):
+        raise ValueError(f"g: expected a finite real number or a one-element device array, got {g!r}")
+    else:
+        g_dev = xp.full(1, g, dtype=np.float32)
+    if not device.on_gpu():
+        grad = xp.broadcast_to(g_dev.reshape(1, 1, 1, 1), tuple(img1.shape)).copy()
+        return run(img1, img2, grad, d_mu1, d_s11, d_s12, out=out)
+    validate(img1, img2)
+    shape = tuple(img1.shape)
+    for name, a in (("d_mu1", d_mu1), ("d_s11", d_s11), ("d_s12", d_s12)):
+        check.require_array(a, name, dtype=np.float32, shape=shape)
+    if out is None:
+        out = xp.empty(shape, dtype=np.float32)
+    else:
+        check.require_array(out, "out", dtype=np.float32, shape=shape)
+        check.require_output(out, "out", {"img1": img1, "img2": img2, "d_mu1": d_mu1, "d_s11": d_s11, "d_s12": d_s12})
+    n, c, h, w = shape
+    grid = ((w + B1_COLS - 1) // B1_COLS, (h + B1_ROWS - 1) // B1_ROWS, n * c)
+    args = (*(planes(a) for a in (img1, img2, d_mu1, d_s11, d_s12, out)), np.int32(h), np.int32(w), g_dev)
+    _b1()(grid, (32,), args)
     return out

@@ -1,0 +1,86 @@
+"""The book's SSIM for PyTorch training loops: fused_ssim(img1, img2, padding="same", train=True), the
+signature of rahul-goel/fused-ssim, on our kernels through DLPack (no copies).
+
+    from kernels.ssim.torch_ssim import fused_ssim
+    loss = 1 - fused_ssim(img1, img2)   # (N, C, H, W) float32 CUDA tensors; img1 may require grad
+    loss.backward()
+
+The forward is one training-mode launch (V11: the map and its three derivative maps), the mean a
+float64 sum on the device; the backward of the mean is backward.cu (dL/dmap is one number), of the
+valid map's mean the Numba backward with a map that is zero on the border. With ``train=False`` (or
+an img1 that needs no gradient) the mean is V13's fused sum, writing no map. PyTorch is optional: the
+rest of the book does not import this module.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from . import backward, common
+
+FORWARD = "V11"  # map and derivative maps in one pass
+MEAN = "V13"  # the fused mean, no map written
+PADDINGS = ("same", "valid")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError("kernels.ssim.torch_ssim needs PyTorch; the rest of the book runs without it") from exc
+    return torch
+
+
+def _cupy(t):
+    import cupy
+
+    return cupy.from_dlpack(t.detach())
+
+
+@cache
+def _function():
+    torch = _torch()
+
+    class FusedSSIM(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, img1, img2, padding):
+            a, b = _cupy(img1), _cupy(img2)
+            ssim_map, *derivs = common.run(FORWARD, a, b, training=True, valid=padding == "valid")
+            ctx.save_for_backward(img1.detach(), img2.detach(), *(torch.from_dlpack(d) for d in derivs))
+            ctx.padding, ctx.pixels = padding, ssim_map.size
+            return torch.from_dlpack(common.map_sum(ssim_map)).div(ssim_map.size).float()
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            img1, img2, *derivs = ctx.saved_tensors
+            g = (grad_out / ctx.pixels).float().reshape(1)  # dL/dmap where the mean counts, on the device
+            a, b, *d = (_cupy(t) for t in (img1, img2, *derivs))
+            if ctx.padding == "same":
+                grad = backward.run_constant(a, b, *d, _cupy(g))
+            else:
+                r = common.RADIUS
+                grad_map = torch.zeros_like(img1)
+                grad_map[..., r:-r, r:-r] = g
+                grad = backward.run(a, b, _cupy(grad_map), *d)
+            return torch.from_dlpack(grad), None, None
+
+    return FusedSSIM
+
+
+def fused_ssim(img1, img2, padding: str = "same", train: bool = True):
+    """Mean SSIM of two (N, C, H, W) float32 CUDA tensors, differentiable in img1 when ``train``."""
+    torch = _torch()
+    if padding not in PADDINGS:
+        raise ValueError(f"padding: expected one of {PADDINGS}, got {padding!r}")
+    for name, t in (("img1", img1), ("img2", img2)):
+        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != torch.float32:
+            raise TypeError(f"{name}: expected a float32 CUDA tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    img1, img2 = img1.contiguous(), img2.contiguous()
+    if train and img1.requires_grad and torch.is_grad_enabled():
+        return _function().apply(img1, img2, padding)
+    a, b = _cupy(img1), _cupy(img2)
+    common.validate(a, b)
+    sums = common.fused_sums(MEAN, a, b, valid=padding == "valid")
+    h, w = a.shape[-2:]
+    pixels = (h - 2 * common.RADIUS) * (w - 2 * common.RADIUS) if padding == "valid" else h * w
+    return torch.from_dlpack(sums).sum().div(sums.size * pixels).float()

@@ -1,0 +1,82 @@
+"""The PyTorch training API (kernels/ssim/torch_ssim.py): a clear line without PyTorch; on a GPU the mean
+and dL/dimg1 against float64 at odd sizes, batch > 1 and one channel, both paddings, and against
+rahul-goel/fused-ssim where it is installed."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from kernels.harness import device
+from kernels.ssim import common, torch_ssim
+
+
+def test_without_pytorch_one_line_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` meets where PyTorch is absent
+    with pytest.raises(ImportError, match="torch_ssim needs PyTorch; the rest of the book runs without it"):
+        torch_ssim.fused_ssim(None, None)
+
+
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")]
+
+
+def tensors(shape, seed):
+    torch = pytest.importorskip("torch")
+    a, b = common.test_images(shape, kind="structured", seed=seed)
+    return a, b, torch.as_tensor(a, device="cuda").requires_grad_(True), torch.as_tensor(b, device="cuda")
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("shape", [(1, 1, 11, 13), (2, 3, 37, 53), (1, 3, 70, 132)])
+@pytest.mark.usefixtures("rng")
+def test_mean_and_gradient_match_float64(shape, padding, rng, request):
+    for mark in gpu:
+        request.applymarker(mark)
+    if not device.on_gpu():
+        pytest.skip("needs a CUDA GPU")
+    seed = int(rng.integers(2**31))
+    a, b, img1, img2 = tensors(shape, seed)
+    mean = torch_ssim.fused_ssim(img1, img2, padding=padding)
+    (1 - mean).backward()
+    ref_map = common.reference(a, b)
+    g = np.zeros(shape)
+    if padding == "valid":
+        r = common.RADIUS
+        g[..., r:-r, r:-r] = -1.0 / common.crop_valid(ref_map).size
+        want = common.crop_valid(ref_map).mean()
+    else:
+        g[...] = -1.0 / ref_map.size
+        want = ref_map.mean()
+    ref_grad = common.reference_backward(a, b, g)
+    assert abs(float(mean) - want) <= common.MEAN_ATOL, f"seed {seed}"
+    got = img1.grad.double().cpu().numpy()
+    assert np.abs(got - ref_grad).max() <= 1e-4 * np.abs(ref_grad).max(), f"seed {seed}"
+    with_no_grad = torch_ssim.fused_ssim(img1.detach(), img2, padding=padding, train=False)
+    assert abs(float(with_no_grad) - want) <= common.MEAN_ATOL, f"seed {seed}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+def test_bad_input_names_the_constraint():
+    _, _, img1, img2 = tensors((1, 1, 11, 11), 1)
+    with pytest.raises(ValueError, match="padding: expected one of"):
+        torch_ssim.fused_ssim(img1, img2, padding="reflect")
+    with pytest.raises(TypeError, match="img2: expected a float32 CUDA tensor"):
+        torch_ssim.fused_ssim(img1, img2.cpu())
+    with pytest.raises(TypeError, match="img1: expected a float32 CUDA tensor"):
+        torch_ssim.fused_ssim(img1.double(), img2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+def test_agrees_with_fused_ssim_where_installed():
+    peer = pytest.importorskip("fused_ssim", reason="rahul-goel/fused-ssim is not installed")
+    a, b, img1, img2 = tensors((1, 3, 64, 96), 3)
+    ours = torch_ssim.fused_ssim(img1, img2)
+    (1 - ours).backward()
+    mine = img1.grad.clone()
+    img1.grad = None
+    theirs = peer.fused_ssim(img1, img2)
+    (1 - theirs).backward()
+    assert abs(float(ours) - float(theirs)) <= 1e-4
+    assert float((mine - img1.grad).abs().max()) <= 1e-3 * float(img1.grad.abs().max())
