@@ -70,6 +70,14 @@ def test_an_unknown_version_is_refused_with_the_choices(name):
         cuda_versions.unsupported(name, H100)
 
 
+def test_resources_refuse_an_unknown_version():
+    """Not the Numba path's "needs a GPU compile": the name itself is wrong."""
+    from kernels.ssim import bench
+
+    with pytest.raises(ValueError, match="unknown SSIM version 'V99'; choose from"):
+        bench.resources("V99")
+
+
 def test_cuda_lookups_refuse_a_numba_version():
     for lookup in (cuda_versions.source, cuda_versions.kernel_name):
         with pytest.raises(ValueError, match="V1 is a Numba version, not CUDA C\\+\\+"):
