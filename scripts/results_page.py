@@ -101,9 +101,9 @@ class KeyFigure:
 
 
 def _ssim_order():
-    from kernels.ssim.common import VERSIONS
+    from kernels.ssim.registry import REGISTRY
 
-    return tuple(VERSIONS)
+    return tuple(v.name for v in REGISTRY)
 
 
 def _conv_order():

@@ -12,7 +12,7 @@ import numpy as np
 
 from kernels.harness import cuda_cpp, device, results, roofline, sass, timing
 
-from . import common, cuda_versions
+from . import common, cuda_versions, registry
 
 SEEDS = Path(__file__).resolve().parents[2] / "data" / "seeds" / "ssim_a100.csv"
 METRICS = {"ms": "ms", "GB/s": "GB/s", "GFLOP/s": "GFLOP/s", "% of floor": "%"}  # what a run records
@@ -217,7 +217,7 @@ def resources(version: str) -> dict:
     Numba versions: the kernel compiled for the last launch (run the version once first);
     CUDA C++ versions: ptxas's report for this GPU's architecture (a RuntimeError if it cannot run it).
     """
-    if version in common.CUDA_VERSIONS:
+    if registry.get(version).language == "cuda":
         cuda_versions.require_runnable(version)
         arch = device.target_arch()
         (r,) = [

@@ -27,6 +27,9 @@ from numba import cuda, float32
 
 from kernels.harness import check, device  # first: device picks the simulator before numba.cuda loads
 
+from . import registry
+from .registry import REGISTRY
+
 WINDOW = 11
 RADIUS = WINDOW // 2
 SIGMA = 1.5
@@ -48,31 +51,12 @@ C1_F32, C2_F32 = float32(C1), float32(C2)
 SHIFT = 0.5  # the middle of the data range [0, 1]: shifted pixels lie in [-0.5, 0.5]
 SHIFT_F32 = float32(SHIFT)
 
-# The versions in the order of the worklog, then ours; names match the files in this folder.
-VERSIONS = {
-    "Naive": "v0_naive",
-    "V1": "v1_no_redundancy",
-    "V2": "v2_tile_x",
-    "V3-0": "v3_0_pipeline_local",
-    "V3-1": "v3_1_pipeline_registers",
-    "V3": "v3.cu",
-    "V4-1": "v4_1.cu",
-    "V4": "v4.cu",
-    "V5": "v5.cu",
-    "V6": "v6.cu",
-    "V7": "v7.cu",
-    "V8": "v8.cu",
-    "V9": "v9.cu",
-    "V10": "v10.cu",
-    "V11": "v11.cu",
-    "V12": "v12.cu",
-    "V13": "v13.cu",
-    "V14": "v14.cu",
-}
-WORKLOG = ["Naive", "V1", "V2", "V3-0", "V3-1", "V3", "V4-1", "V4"]  # notebook 02; the rest: notebook 02b
-BEYOND = [v for v in VERSIONS if v not in WORKLOG]
-NUMBA_VERSIONS = [v for v, f in VERSIONS.items() if not f.endswith(".cu")]
-CUDA_VERSIONS = [v for v, f in VERSIONS.items() if f.endswith(".cu")]
+# Views of the registry (registry.py), in its order: names and files (.py ones without the suffix).
+VERSIONS = {v.name: v.file.removesuffix(".py") for v in REGISTRY}
+WORKLOG = [v.name for v in REGISTRY if v.chapter == "worklog"]  # notebook 02
+BEYOND = [v.name for v in REGISTRY if v.chapter == "beyond"]  # notebook 02b
+NUMBA_VERSIONS = [v.name for v in REGISTRY if v.language == "numba"]
+CUDA_VERSIONS = [v.name for v in REGISTRY if v.language == "cuda"]
 
 # Problem sizes: the worklog's image, and odd sizes that are not multiples of any tile.
 BENCH_SHAPE = (1, 3, 2160, 3840)
@@ -280,10 +264,7 @@ def validate(img1, img2) -> tuple:
 @cache
 def version_module(version: str):
     """The Python module that launches ``version`` (for .cu versions, the shared loader module)."""
-    if version not in VERSIONS:
-        raise ValueError(f"unknown SSIM version {version!r}; choose from {list(VERSIONS)}")
-    name = VERSIONS[version]
-    return importlib.import_module("kernels.ssim." + ("cuda_versions" if name.endswith(".cu") else name))
+    return importlib.import_module(registry.get(version).module)
 
 
 def tile_params(version: str, gpu_tile: dict, sim_tile: dict, tile: dict | None) -> dict:
@@ -442,10 +423,8 @@ def mean(ssim_map) -> float:
 
 
 def fused_mean_versions() -> list[str]:
-    """The versions whose kernel can sum SSIM itself, writing no map (V13 on)."""
-    from . import cuda_versions
-
-    return [v for v in CUDA_VERSIONS if cuda_versions.has_fused_mean(v)]
+    """The versions whose kernel can sum SSIM itself, writing no map (``fused_mean`` in the registry)."""
+    return [v.name for v in REGISTRY if v.fused_mean]
 
 
 def fused_sums(version: str, img1, img2, *, valid: bool = False):

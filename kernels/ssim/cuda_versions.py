@@ -13,15 +13,13 @@ import numpy as np
 
 from kernels.harness import cuda_cpp, device
 
-from .common import CUDA_VERSIONS, VERSIONS, planes
+from . import registry
+from .common import planes
 
 GPU_TILE: dict = {}  # the geometry is fixed in each .cu file
 SIM_TILE: dict = {}
 _CONSTANT = re.compile(r"constexpr int (\w+) = ([^;]+);")
 HEADER = cuda_cpp.source_path("ssim/ssim_common.cuh")  # the constants every .cu file includes
-# V7 on copy rows with cp.async (copy_async in ssim_common.cuh), an sm_80 instruction; V3-V6 use
-# __pipeline_memcpy_async, which compiles to plain copies before sm_80.
-ASYNC_COPY = CUDA_VERSIONS[CUDA_VERSIONS.index("V7") :]
 
 
 def unsupported(version: str, props: dict) -> str | None:
@@ -29,8 +27,9 @@ def unsupported(version: str, props: dict) -> str | None:
 
     Only the compute capability matters: every version's static shared memory (5 KB at most) is far
     below the 48 KB any GPU gives a block."""
-    if version in ASYNC_COPY and int(props["cc"]) < 80:
-        return f"{version} copies rows with cp.async, which needs sm_80 or later; this GPU is sm_{props['cc']}"
+    needs = registry.get(version).needs_cc
+    if int(props["cc"]) < needs:
+        return f"{version} copies rows with cp.async, which needs sm_{needs} or later; this GPU is sm_{props['cc']}"
     return None
 
 
@@ -54,16 +53,21 @@ def require_runnable(version: str) -> None:
         raise RuntimeError(why)
 
 
+def _record(version: str) -> registry.Version:
+    record = registry.get(version)
+    if record.language != "cuda":
+        raise ValueError(f"{version} is a Numba version, not CUDA C++")
+    return record
+
+
 def source(version: str) -> str:
     """The .cu path (relative to kernels/) of a CUDA C++ version."""
-    name = VERSIONS[version]
-    if not name.endswith(".cu"):
-        raise ValueError(f"{version} is a Numba version, not CUDA C++")
-    return f"ssim/{name}"
+    return f"ssim/{_record(version).file}"
 
 
 def kernel_name(version: str) -> str:
-    return "ssim_" + VERSIONS[version][:-3]
+    """The entry point of a CUDA C++ version's map kernel."""
+    return _record(version).kernel
 
 
 @cache
@@ -92,12 +96,6 @@ def launch(version, img1, img2, out, derivs):
         (g["threads"],),
         (*(planes(a) for a in (img1, img2, out, *d)), np.int32(h), np.int32(w), np.int32(derivs is not None)),
     )
-
-
-@cache
-def has_fused_mean(version: str) -> bool:
-    """Whether the .cu file has a second kernel, ssim_<file>_mean, that sums SSIM without a map (V13 on)."""
-    return f"{kernel_name(version)}_mean(" in cuda_cpp.source_path(source(version)).read_text()
 
 
 @cache
