@@ -17,7 +17,7 @@ def test_without_pytorch_one_line_says_so(monkeypatch):
         torch_ssim.fused_ssim(None, None)
 
 
-gpu = [pytest.mark.gpu, pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")]
+needs_gpu = pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
 
 
 def tensors(shape, seed):
@@ -28,12 +28,9 @@ def tensors(shape, seed):
 
 @pytest.mark.parametrize("padding", ["same", "valid"])
 @pytest.mark.parametrize("shape", [(1, 1, 11, 13), (2, 3, 37, 53), (1, 3, 70, 132)])
-@pytest.mark.usefixtures("rng")
-def test_mean_and_gradient_match_float64(shape, padding, rng, request):
-    for mark in gpu:
-        request.applymarker(mark)
-    if not device.on_gpu():
-        pytest.skip("needs a CUDA GPU")
+@pytest.mark.gpu
+@needs_gpu
+def test_mean_and_gradient_match_float64(shape, padding, rng):
     seed = int(rng.integers(2**31))
     a, b, img1, img2 = tensors(shape, seed)
     mean = torch_ssim.fused_ssim(img1, img2, padding=padding)
@@ -56,7 +53,7 @@ def test_mean_and_gradient_match_float64(shape, padding, rng, request):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_bad_input_names_the_constraint():
     _, _, img1, img2 = tensors((1, 1, 11, 11), 1)
     with pytest.raises(ValueError, match="padding: expected one of"):
@@ -68,7 +65,7 @@ def test_bad_input_names_the_constraint():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_agrees_with_fused_ssim_where_installed():
     peer = pytest.importorskip("fused_ssim", reason="rahul-goel/fused-ssim is not installed")
     a, b, img1, img2 = tensors((1, 3, 64, 96), 3)
