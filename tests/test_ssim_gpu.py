@@ -86,6 +86,27 @@ def test_fused_mean_matches_reference(version, valid, kind, shape, cases):
     assert abs(common.fused_mean(version, da, db, valid=valid) - ref.mean()) <= common.MEAN_ATOL, f"seed {seed}"
 
 
+@pytest.mark.parametrize("version", common.fused_mean_versions())
+@pytest.mark.parametrize("valid", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fused_mean_in_training_writes_every_derivative(version, valid, shape, cases):
+    """The training forward on the mean: the same sums, and the derivative maps of every pixel (poisoned
+    first), also with valid=True, whose border pixels the mean leaves out but the backward reads."""
+    import cupy
+
+    a, b, ref, seed = cases(shape, "random", training=True)
+    derivs = tuple(poisoned(a.shape) for _ in common.DERIV_NAMES)
+    sums, got = common.fused_sums(version, cupy.asarray(a), cupy.asarray(b), valid=valid, training=True, derivs=derivs)
+    assert got == derivs
+    want = common.crop_valid(ref[0]) if valid else ref[0]
+    ref_sums = want.reshape(len(sums), -1).sum(axis=1)
+    np.testing.assert_allclose(
+        sums.get(), ref_sums, rtol=0, atol=common.MEAN_ATOL * want[0].size, err_msg=f"seed {seed}"
+    )
+    for g, r, name in zip(got, ref[1:], common.DERIV_NAMES, strict=True):
+        check.assert_close(g, r, atol=1e-4 * max(1.0, float(np.abs(r).max())), name=f"{version} {name} seed {seed}")
+
+
 @pytest.mark.parametrize("version", common.CUDA_VERSIONS)
 def test_cuda_version_nan_stays_in_its_windows(version, rng):
     a, b = common.test_images((1, 1, 40, 70), seed=rng)

@@ -48,11 +48,13 @@ def test_derived_lists_follow_the_registry():
 
 @pytest.mark.parametrize("version", [v for v in REGISTRY if v.language == "cuda"], ids=lambda v: v.name)
 def test_cuda_records_match_their_source(version):
-    """The entry point is declared in the .cu file, and a ``<kernel>_mean`` exactly where the record says."""
+    """The entry point is declared in the .cu file, and ``<kernel>_mean`` and ``<kernel>_train_mean`` exactly
+    where the record says."""
     text = cuda_cpp.source_path(f"ssim/{version.file}").read_text()
-    kernels = re.findall(r'extern "C" __global__ void (?:__\w+\(\w+\)\s+)?(\w+)\(', text)
+    kernels = re.findall(r'extern "C" __global__ void (?:__\w+\([^)]*\)\s+)?(\w+)\(', text)
     assert version.kernel in kernels
     assert (f"{version.kernel}_mean" in kernels) == version.fused_mean
+    assert (f"{version.kernel}_train_mean" in kernels) == version.fused_mean
 
 
 @pytest.mark.parametrize("version", [v for v in REGISTRY if v.language == "numba"], ids=lambda v: v.name)

@@ -287,8 +287,9 @@ def tile_params(version: str, gpu_tile: dict, sim_tile: dict, tile: dict | None)
 DERIV_NAMES = ("dm_dmu1", "dm_dsigma1_sq", "dm_dsigma12")
 
 
-def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
-    """(out, derivs) to write: those given, checked, or new arrays (derivs: None in inference).
+def _outputs(img1, img2, out, derivs, training: bool, *, with_map: bool = True) -> tuple:
+    """(out, derivs) to write: those given, checked, or new arrays (derivs: None in inference; out: None
+    where ``with_map`` is False, for a kernel that writes no map).
     Outputs may not overlap the images (the kernels read them while writing; the .cu ones declare them
     __restrict__) nor each other (one value would overwrite another)."""
     if derivs is not None:
@@ -315,7 +316,7 @@ def _outputs(img1, img2, out, derivs, training: bool) -> tuple:
                 )
         written.append((name, a))
     xp = device.xp()
-    if out is None:
+    if out is None and with_map:
         out = xp.empty(img1.shape, dtype=np.float32)
     if training and derivs is None:
         derivs = [xp.empty(img1.shape, dtype=np.float32) for _ in DERIV_NAMES]
@@ -427,19 +428,23 @@ def fused_mean_versions() -> list[str]:
     return [v.name for v in REGISTRY if v.fused_mean]
 
 
-def fused_sums(version: str, img1, img2, *, valid: bool = False):
+def fused_sums(version: str, img1, img2, *, valid: bool = False, training: bool = False, derivs=None):
     """One launch that writes no map: the sum of each plane's SSIM values (or of its valid map), a
-    float64 device array of N*C values, not synchronized. Only for ``fused_mean_versions()``."""
+    float64 device array of N*C values, not synchronized. Only for ``fused_mean_versions()``.
+
+    ``training=True`` also writes the three derivative maps of every pixel (into ``derivs`` if given) and
+    returns (sums, derivs): the forward of a training step on the mean, for ``backward``."""
     validate(img1, img2)
     module = version_module(version)  # an unknown version is refused here
     if version not in fused_mean_versions():
         raise ValueError(
             f"{version} has no fused mean (versions that have one: {fused_mean_versions()}); use mean(run(...)) instead"
         )
+    _, derivs = _outputs(img1, img2, None, derivs, training, with_map=False)
     n, c, h, w = img1.shape
     sums = device.xp().zeros(n * c, dtype=np.float64)
-    module.launch_mean(version, img1, img2, sums, valid)
-    return sums
+    module.launch_mean(version, img1, img2, sums, valid, derivs)
+    return (sums, derivs) if training else sums
 
 
 def fused_mean(version: str, img1, img2, *, valid: bool = False) -> float:

@@ -22,7 +22,8 @@ class Version:
     chapter: str  # one of CHAPTERS
     kernel: str | None = None  # a .cu file's extern "C" entry point
     cp_async: bool = False  # copies rows with cp.async (V3-V6's __pipeline_memcpy_async runs anywhere)
-    fused_mean: bool = False  # a second kernel, ``<kernel>_mean``, sums SSIM and writes no map
+    # ``<kernel>_mean`` sums SSIM and writes no map; ``<kernel>_train_mean`` also writes the derivative maps
+    fused_mean: bool = False
 
     def __post_init__(self):
         if self.chapter not in CHAPTERS:

@@ -5,10 +5,10 @@ signature of rahul-goel/fused-ssim, on our kernels through DLPack (no copies).
     loss = 1 - fused_ssim(img1, img2)   # (N, C, H, W) float32 CUDA tensors; img1 may require grad
     loss.backward()
 
-The forward is one training-mode launch (V11: the map and its three derivative maps), the mean a
-float64 sum on the device; the backward of the mean is backward.cu (dL/dmap is one number), of the
+The forward is one launch of V13's fused mean in training mode: the float64 sum and the three
+derivative maps, no map. The backward of the mean is backward.cu (dL/dmap is one number), of the
 valid map's mean the Numba backward with a map that is zero on the border. With ``train=False`` (or
-an img1 that needs no gradient) the mean is V13's fused sum, writing no map. PyTorch is optional: the
+an img1 that needs no gradient) the forward is V13's fused mean alone. PyTorch is optional: the
 rest of the book does not import this module.
 """
 
@@ -18,8 +18,7 @@ from functools import cache
 
 from . import backward, common
 
-FORWARD = "V11"  # map and derivative maps in one pass
-MEAN = "V13"  # the fused mean, no map written
+MEAN = "V13"  # the fused mean, no map written (in training with the derivative maps)
 PADDINGS = ("same", "valid")
 
 
@@ -45,10 +44,10 @@ def _function():
         @staticmethod
         def forward(ctx, img1, img2, padding):
             a, b = _cupy(img1), _cupy(img2)
-            ssim_map, *derivs = common.run(FORWARD, a, b, training=True, valid=padding == "valid")
+            sums, derivs = common.fused_sums(MEAN, a, b, valid=padding == "valid", training=True)
             ctx.save_for_backward(img1.detach(), img2.detach(), *(torch.from_dlpack(d) for d in derivs))
-            ctx.padding, ctx.pixels = padding, ssim_map.size
-            return torch.from_dlpack(common.map_sum(ssim_map)).div(ssim_map.size).float()
+            ctx.padding, ctx.pixels = padding, _pixels(a.shape, padding)
+            return torch.from_dlpack(sums).sum().div(ctx.pixels).float()
 
         @staticmethod
         def backward(ctx, grad_out):
@@ -79,8 +78,12 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True):
     if train and img1.requires_grad and torch.is_grad_enabled():
         return _function().apply(img1, img2, padding)
     a, b = _cupy(img1), _cupy(img2)
-    common.validate(a, b)
     sums = common.fused_sums(MEAN, a, b, valid=padding == "valid")
-    h, w = a.shape[-2:]
-    pixels = (h - 2 * common.RADIUS) * (w - 2 * common.RADIUS) if padding == "valid" else h * w
-    return torch.from_dlpack(sums).sum().div(sums.size * pixels).float()
+    return torch.from_dlpack(sums).sum().div(_pixels(a.shape, padding)).float()
+
+
+def _pixels(shape, padding: str) -> int:
+    """How many map values the mean counts: all of them, or those of the valid map."""
+    n, c, h, w = shape
+    r = common.RADIUS
+    return n * c * ((h - 2 * r) * (w - 2 * r) if padding == "valid" else h * w)

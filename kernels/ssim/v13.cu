@@ -6,6 +6,8 @@
 // With valid != 0 it counts only the pixels of the valid map (rows and columns kRadius .. size -
 // kRadius - 1). ssim_v13 (map and training) is V11; both kernels share the strip below, specialized by
 // mode, and a separate entry point keeps each kernel's code to the bodies it runs.
+// A third kernel, ssim_v13_train_mean, is the forward of a training step on the mean: the derivative
+// maps and the sum, no map, so neither the map's stores nor a second pass that reads it back remain.
 // Prediction: V11's compute time (it is issue-bound, not DRAM-bound) less the map's two store
 // instructions per row, plus about 3 per row for the sum: about V11's map-only time, and faster than
 // V11 + a separate mean by that mean's time (a reduction that reads the whole map back).
@@ -25,10 +27,11 @@ constexpr int kPending = kWindow - 1;  // output rows that still wait for input 
 constexpr int kStages = 4;             // row buffers: kStages - 1 rows in flight while one is used
 constexpr int kUnroll = 2;             // input rows per trip of the row loop
 // What a strip produces: the map; the map and its derivatives; only the sum of the map (or of the
-// valid map) added to sums[plane].
+// valid map) added to sums[plane]; that sum and the derivatives (of every pixel: the backward reads them).
 constexpr int kMap = 0;
 constexpr int kTraining = 1;
 constexpr int kMean = 2;
+constexpr int kTrainMean = 3;
 }  // namespace
 
 // One strip of kRows output rows and kCols columns, specialized: interior (whole aligned chunks on both
@@ -38,14 +41,15 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
                                       float* __restrict__ out, float* d_mu1, float* d_s11, float* d_s12,
                                       int h, int w, float (*rows1)[kRowLen], float (*rows2)[kRowLen],
                                       double* sums, bool valid) {
-  constexpr bool training = mode == kTraining;
+  constexpr bool training = mode == kTraining || mode == kTrainMean;
+  constexpr bool summing = mode == kMean || mode == kTrainMean;
   const int lane = threadIdx.x;
   const int x0 = blockIdx.x * kCols, y0 = blockIdx.y * kRows;
   const size_t plane = static_cast<size_t>(blockIdx.z) * h * w;
   const float* a = img1 + plane;
   const float* b = img2 + plane;
   const int steps = min(kRows, h - y0) + 2 * kRadius;  // input rows this strip needs
-  double total = 0.0;  // kMean: this thread's SSIM values
+  double total = 0.0;  // summing: this thread's SSIM values
 
   // Row r of the strip is image row y0 - 5 + r (the interior path: lanes 0..19 copy 16 bytes each).
   auto load_row = [&](int r, int buf) {
@@ -118,15 +122,24 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     if (r >= 2 * kRadius) {
       const size_t i = out_row + x;
       out_row += w;
-      if constexpr (mode == kMean) {
+      if constexpr (summing) {
         // Interior blocks' columns lie in kLead .. w - kLead - 1, inside the valid map too.
         const int y = y0 + r - 2 * kRadius;
-        if (!valid || (y >= kRadius && y < h - kRadius)) {
+        const bool row_counts = !valid || (y >= kRadius && y < h - kRadius);
+        if (training || row_counts) {
           float s = 0.f;
 #pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j)
-            if (interior || (x + j < w && (!valid || (x + j >= kRadius && x + j < w - kRadius))))
-              s += ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, false);
+          for (int j = 0; j < kColsPerThread; ++j) {
+            const bool counts = row_counts && (interior || !valid || (x + j >= kRadius && x + j < w - kRadius));
+            if (interior || x + j < w) {
+              if (training) {  // every pixel's derivatives, the counted ones' values
+                const float v = ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, true);
+                if (counts) s += v;
+              } else if (counts) {
+                s += ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, false);
+              }
+            }
+          }
           total += s;
         }
       } else if constexpr (interior) {  // both columns inside, and i even (w % 4 == 0): one aligned 8-byte store
@@ -142,7 +155,7 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     }
     __syncwarp();  // buffer r % kStages is refilled (with row r + kStages) in the next step
   }
-  if constexpr (mode == kMean) {  // the warp's sum, then one atomic add per block
+  if constexpr (summing) {  // the warp's sum, then one atomic add per block
 #pragma unroll
     for (int d = kThreads / 2; d > 0; d /= 2) total += __shfl_down_sync(0xffffffffu, total, d);
     if (lane == 0) atomicAdd(sums + blockIdx.z, total);
@@ -184,4 +197,21 @@ ssim_v13_mean(const float* __restrict__ img1, const float* __restrict__ img2, do
   __shared__ __align__(16) float rows2[kStages][kRowLen];
   if (interior) strip<true, kMean>(img1, img2, nullptr, nullptr, nullptr, nullptr, h, w, rows1, rows2, sums, valid);
   else strip<false, kMean>(img1, img2, nullptr, nullptr, nullptr, nullptr, h, w, rows1, rows2, sums, valid);
+}
+
+// The same grid: adds each block's SSIM values (valid != 0: those of the valid map) to sums[plane], as
+// ssim_v13_mean, and writes the three derivative maps of every pixel, as ssim_v13 in training; no map.
+#ifndef TRAIN_MEAN_MIN_BLOCKS
+#define TRAIN_MEAN_MIN_BLOCKS 1
+#endif
+extern "C" __global__ void __launch_bounds__(kThreads, TRAIN_MEAN_MIN_BLOCKS)
+ssim_v13_train_mean(const float* __restrict__ img1, const float* __restrict__ img2, float* d_mu1, float* d_s11,
+                    float* d_s12, double* sums, int h, int w, int valid) {
+  const int x0 = blockIdx.x * kCols;
+  const bool aligned = ((reinterpret_cast<size_t>(img1) | reinterpret_cast<size_t>(img2)) % 16) == 0;
+  const bool interior = aligned && (w % 4 == 0) && x0 >= kLead && x0 + kCols + kLead <= w;
+  __shared__ __align__(16) float rows1[kStages][kRowLen];
+  __shared__ __align__(16) float rows2[kStages][kRowLen];
+  if (interior) strip<true, kTrainMean>(img1, img2, nullptr, d_mu1, d_s11, d_s12, h, w, rows1, rows2, sums, valid);
+  else strip<false, kTrainMean>(img1, img2, nullptr, d_mu1, d_s11, d_s12, h, w, rows1, rows2, sums, valid);
 }
