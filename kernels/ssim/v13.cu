@@ -201,10 +201,7 @@ ssim_v13_mean(const float* __restrict__ img1, const float* __restrict__ img2, do
 
 // The same grid: adds each block's SSIM values (valid != 0: those of the valid map) to sums[plane], as
 // ssim_v13_mean, and writes the three derivative maps of every pixel, as ssim_v13 in training; no map.
-#ifndef TRAIN_MEAN_MIN_BLOCKS
-#define TRAIN_MEAN_MIN_BLOCKS 1
-#endif
-extern "C" __global__ void __launch_bounds__(kThreads, TRAIN_MEAN_MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(kThreads)
 ssim_v13_train_mean(const float* __restrict__ img1, const float* __restrict__ img2, float* d_mu1, float* d_s11,
                     float* d_s12, double* sums, int h, int w, int valid) {
   const int x0 = blockIdx.x * kCols;

@@ -1,0 +1,156 @@
+"""The SSIM training step (loss = 1 - mean SSIM, gradient for img1), measured: its DRAM floor, our kernels
+alone, and our PyTorch API per call beside the fastest peers, each candidate in a process of its own.
+
+A peer is a folder holding an importable ``fused_ssim`` package built from that project's source
+(rahul-goel/fused-ssim, MrNeRF/optimized-fused-ssim: both name their package fused_ssim, hence one
+process each), e.g. ``TORCH_CUDA_ARCH_LIST=9.0 CUDA_ARCHITECTURES=90 python setup.py build_ext --inplace``.
+``SSIM_PEERS=name=folder,name=folder`` names them to the notebook; scripts/ssim_peers.py takes them
+as arguments. A peer that cannot be imported gets one line saying so.
+
+Every candidate is called as ``fused_ssim(img1, img2, padding="same", train=...)`` (ours:
+torch_ssim.py) on float32 CUDA tensors and timed per call: CUDA events around the Python call, which
+include its launch overhead, as a training loop pays it; the median after a warm-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from kernels.harness import check, timing
+
+from . import backward, common
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = "ssim_training"
+PEER_METRICS = {  # name: unit
+    "inference mean": "ms",
+    "training forward": "ms",
+    "training step": "ms",
+    "mean error": "abs",
+    "gradient error": "rel",
+}
+
+
+def step_bytes(shape) -> dict:
+    """DRAM bytes of one training step with stored derivative maps: the forward reads both images and
+    writes the three maps; the backward reads the three maps and both images and writes the gradient."""
+    plane = 4 * math.prod(check.positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
+    return {"forward": 5 * plane, "backward": 6 * plane}
+
+
+def kernel_rows(shape, repeat: int = 50) -> list[dict]:
+    """The step's kernels alone (GPU held, CUDA events around each launch): ms per launch."""
+    import cupy
+
+    a, b = (cupy.asarray(x) for x in common.test_images(shape, kind="structured", seed=1))
+    out = cupy.empty_like(a)
+    derivs = tuple(cupy.empty_like(a) for _ in common.DERIV_NAMES)
+    sums = cupy.zeros(a.shape[0] * a.shape[1], dtype=np.float64)
+    g = cupy.full(1, -1.0 / a.size, dtype=np.float32)
+    grad = cupy.full(a.shape, -1.0 / a.size, dtype=np.float32)
+    module = common.version_module("V13")
+    launches = {
+        "V11 training": lambda: common.run("V11", a, b, training=True, out=out, derivs=derivs),
+        "V13 mean": lambda: module.launch_mean("V13", a, b, sums, False),
+        "V13 training mean": lambda: module.launch_mean("V13", a, b, sums, False, derivs),
+        "Numba backward": lambda: backward.run(a, b, grad, *derivs, out=out),
+        "B1 backward": lambda: backward.run_constant(a, b, *derivs, g, out=out),
+    }
+    problem = "x".join(map(str, shape))
+    return [
+        {
+            "kernel": name,
+            "problem": problem,
+            "metric": "ms",
+            "value": timing.benchmark(fn, repeat=repeat).median_ms,
+            "unit": "ms",
+        }
+        for name, fn in launches.items()
+    ]
+
+
+def _worker(name: str, shape: tuple, repeat: int) -> dict:
+    """Time and check one candidate in this process: {metric: value}."""
+    import torch
+
+    if name == "ours":
+        from kernels.ssim.torch_ssim import fused_ssim
+    else:
+        from fused_ssim import fused_ssim
+    a, b = common.test_images(shape, kind="structured", seed=7)
+    img1 = torch.as_tensor(a, device="cuda").requires_grad_(True)
+    img2 = torch.as_tensor(b, device="cuda")
+
+    def infer():
+        with torch.no_grad():
+            fused_ssim(img1, img2, train=False)
+
+    def step():
+        img1.grad = None
+        (1 - fused_ssim(img1, img2)).backward()
+
+    found = {
+        "inference mean": timing.benchmark(infer, repeat=repeat).median_ms,
+        "training forward": timing.benchmark(lambda: fused_ssim(img1, img2), repeat=repeat).median_ms,
+        "training step": timing.benchmark(step, repeat=repeat).median_ms,
+    }
+    img1.grad = None
+    mean = fused_ssim(img1, img2)
+    (1 - mean).backward()
+    ref_map = common.reference(a, b)
+    ref_grad = common.reference_backward(a, b, np.full(shape, -1.0 / ref_map.size))
+    found["mean error"] = abs(float(mean) - float(ref_map.mean()))
+    found["gradient error"] = float(np.abs(img1.grad.double().cpu().numpy() - ref_grad).max() / np.abs(ref_grad).max())
+    return found
+
+
+def _candidate(name: str, folder: str | None, shape: tuple, repeat: int) -> dict | None:
+    """One candidate in a fresh process (``folder`` first on its import path); None, with a line, if it fails."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, str(ROOT), env.get("PYTHONPATH")) if p)
+    shape_arg = ",".join(map(str, shape))
+    args = [sys.executable, "-m", "kernels.ssim.training", name, shape_arg, str(repeat)]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"{name}: not measured ({why})")
+        return None
+    return json.loads(lines[-1])
+
+
+def peers_from_env(text: str | None = None) -> dict[str, str]:
+    """{name: folder} from SSIM_PEERS ("name=folder,name=folder"); ValueError naming a bad entry."""
+    text = os.environ.get("SSIM_PEERS", "") if text is None else text
+    peers = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not Path(folder).is_dir():
+            raise ValueError(f"SSIM_PEERS: expected name=folder with an existing folder, got {item!r}")
+        peers[name] = folder
+    return peers
+
+
+def peer_rows(shape, peers: dict[str, str], repeat: int = 50) -> list[dict]:
+    """Ours and each peer, per call, in processes of their own: rows of PEER_METRICS."""
+    problem = "x".join(map(str, shape))
+    rows = []
+    for name, folder in {"ours": None, **peers}.items():
+        found = _candidate(name, folder, tuple(shape), repeat)
+        for metric, value in (found or {}).items():
+            rows.append(
+                {"kernel": name, "problem": problem, "metric": metric, "value": value, "unit": PEER_METRICS[metric]}
+            )
+    return rows
+
+
+if __name__ == "__main__":  # the worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT
+    name, shape, repeat = sys.argv[1], tuple(int(v) for v in sys.argv[2].split(",")), int(sys.argv[3])
+    print(json.dumps(_worker(name, shape, repeat)))
