@@ -1,6 +1,7 @@
 """The training step's measurement: its byte count, the peers' configuration and the script's bad input;
 on a GPU, every kernel of the step timed."""
 
+import re
 import subprocess
 import sys
 
@@ -56,3 +57,12 @@ def test_every_kernel_of_the_step_is_timed():
         "B1 backward",
     ]
     assert all(np.isfinite(r["value"]) and r["value"] > 0 for r in rows)
+
+
+def test_peers_are_pinned_and_built_for_this_gpu():
+    from build_ssim_peers import PEERS, for_this_gpu
+
+    assert all(re.fullmatch(r"[\w-]+/[\w-]+", repo) and re.fullmatch(r"[0-9a-f]{40}", c) for repo, c in PEERS.values())
+    flags = '"nvcc": ["-O3", "--use_fast_math", "-arch=sm_89"]'
+    assert for_this_gpu(flags, "90") == flags.replace("sm_89", "sm_90")
+    assert for_this_gpu("no flags", "90") == "no flags"
