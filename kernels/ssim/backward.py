@@ -105,8 +105,8 @@ B1_COLS, B1_ROWS = 64, 72  # backward.cu's kCols and kRows: the output tile of o
 
 
 @cache
-def _b1(options: tuple = ()):
-    return cuda_cpp.load("ssim/backward.cu", "ssim_backward_b1", options)
+def _b1():
+    return cuda_cpp.load("ssim/backward.cu", "ssim_backward_b1")
 
 
 def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):

@@ -104,7 +104,7 @@ def mean_kernel(version: str):
     return cuda_cpp.load(source(version), kernel_name(version) + "_mean")
 
 
-def launch_mean(version, img1, img2, sums, valid: bool, derivs=None, options: tuple = ()):
+def launch_mean(version, img1, img2, sums, valid: bool, derivs=None):
     """Add each plane's SSIM values (of the valid map with ``valid``) to ``sums``, N*C float64 zeros; with
     ``derivs`` (three arrays like img1) also write the derivative maps of every pixel: a training forward."""
     n, c, h, w = img1.shape
@@ -114,12 +114,12 @@ def launch_mean(version, img1, img2, sums, valid: bool, derivs=None, options: tu
     if derivs is None:
         mean_kernel(version)(grid, (g["threads"],), (planes(img1), planes(img2), sums, *size))
     else:
-        train_mean_kernel(version, options)(
+        train_mean_kernel(version)(
             grid, (g["threads"],), (planes(img1), planes(img2), *(planes(d) for d in derivs), sums, *size)
         )
 
 
 @cache
-def train_mean_kernel(version: str, options: tuple = ()):
+def train_mean_kernel(version: str):
     require_runnable(version)
-    return cuda_cpp.load(source(version), kernel_name(version) + "_train_mean", options)
+    return cuda_cpp.load(source(version), kernel_name(version) + "_train_mean")
