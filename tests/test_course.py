@@ -131,6 +131,17 @@ def test_the_committed_results_feed_the_page():
     assert any(results_page.series(f, data) for f in results_page.key_figures() if f.chapter in data)
 
 
+def test_references_name_each_source_documents_author_and_address():
+    """Each source document (a bold entry of book/references.md) says who wrote it and where it is, or
+    that it is unsigned and has no address."""
+    text = (ROOT / "book" / "references.md").read_text()
+    sources = [e for e in re.split(r"\n(?=- )", text) if e.startswith("- **")]
+    assert len(sources) >= 4, "the four source documents"
+    for entry in sources:
+        signed = re.search(r"\*\* by [\w-]+", entry) and re.search(r"<https://github\.com/[\w.-]+/[\w.-]+>", entry)
+        assert signed or "unsigned" in entry and "no address" in entry, entry
+
+
 # --- the repository URL: one setting, no placeholder ------------------------------------------------
 
 
