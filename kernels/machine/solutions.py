@@ -9,8 +9,7 @@ from numba import cuda
 
 from kernels.harness import quantities
 from kernels.harness.exercise import attach
-
-from . import exercises
+from kernels.machine.exercises import floor_compute_ms, floor_memory_ms
 
 THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 
@@ -157,12 +156,12 @@ attach(
     solution=RIGHT_FLOOR,
     wrong={
         "y's write forgotten": (
-            {**RIGHT_FLOOR, "bytes": 8e8, "intensity": 0.25, "floor_ms": exercises.floor_memory_ms() * 2 / 3},
+            {**RIGHT_FLOOR, "bytes": 8e8, "intensity": 0.25, "floor_ms": floor_memory_ms() * 2 / 3},
             "bytes: not yet",
         ),
         "compute-bound": ({**RIGHT_FLOOR, "bound": "compute"}, "bound: not yet"),
         "floor from the FLOPs alone": (
-            {**RIGHT_FLOOR, "floor_ms": exercises.floor_compute_ms()},
+            {**RIGHT_FLOOR, "floor_ms": floor_compute_ms()},
             "floor_ms: not yet",
         ),
     },
