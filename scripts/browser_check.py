@@ -3,10 +3,11 @@
     python scripts/browser_check.py [_build/html]     # prints one line per page, exit 1 on problems
 
 Per page: console errors and uncaught exceptions, failed requests, broken images, links within the
-book to missing pages or anchors, and math that MathJax did not render (a .math element without
-MathJax's output, or TeX delimiters left as text); a screenshot of each page goes to
-_build/screenshots/. Chromium is driven through the DevTools protocol over a pipe
-(--remote-debugging-pipe), so no driver or extra Python package is needed.
+book to missing pages or anchors, math that MathJax did not render (a .math element without
+MathJax's output, or TeX delimiters left as text), code or output that scrolls sideways instead of
+wrapping, and figures shown too small to read (under MIN_FIGURE_PX tall); a full-page screenshot of
+each page, at a 1400-px-wide window, goes to _build/screenshots/. Chromium is driven through the
+DevTools protocol over a pipe (--remote-debugging-pipe), so no driver or extra Python package is needed.
 
 The network is blocked, as for a reader offline: the book is served from 127.0.0.1, Chromium resolves
 no other host name, and every request leaving 127.0.0.1 is refused and reported, so a page that needs
@@ -50,6 +51,8 @@ FLAGS = [
     "--disable-backgrounding-occluded-windows",
     "--disable-background-timer-throttling",
 ]
+WINDOW = {"width": 1400, "height": 900}  # CSS px: a laptop's browser window
+MIN_FIGURE_PX = 150  # a figure shown shorter than this has text too small to read
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="\d+; url=([^"]+)"', re.IGNORECASE)
 PAGE_STATE = r"""(async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
@@ -75,10 +78,18 @@ PAGE_STATE = r"""(async () => {
                     + ` in ${JSON.stringify(m.math.slice(0, 80))}`)
       : [],
     brokenImages: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
+    // blocks and figures on display (one in a closed dropdown has no size until opened)
+    sideways: [...document.querySelectorAll('article pre')]
+      .filter(p => p.getClientRects().length && p.scrollWidth > p.clientWidth + 1)
+      .map(p => p.textContent.trim().split('\n')[0].slice(0, 60)),
+    smallFigures: [...document.querySelectorAll('article img')]
+      .filter(i => i.getClientRects().length && i.naturalWidth > 0)
+      .map(i => ({src: i.src.split('/').pop(), height: Math.round(i.getBoundingClientRect().height)}))
+      .filter(f => f.height < MIN_FIGURE_PX),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     title: document.title,
   };
-})()"""
+})()""".replace("MIN_FIGURE_PX", str(MIN_FIGURE_PX))
 
 
 def find_chromium() -> str | None:
@@ -265,7 +276,7 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
         browser.call("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}, session=True)
         browser.call(
             "Emulation.setDeviceMetricsOverride",
-            {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            {**WINDOW, "deviceScaleFactor": 1, "mobile": False},
             session=True,
         )
         for page in only or pages(html):
@@ -295,13 +306,18 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
             report.problems += [f"raw TeX on the page: {t!r}" for t in value["rawTex"]]
             report.problems += [f"MathJax error (bad TeX): {e}" for e in value["mathErrors"]]
             report.problems += [f"broken image {src}" for src in value["brokenImages"]]
+            report.problems += [f"code scrolls sideways: {t!r}" for t in value["sideways"]]
+            report.problems += [
+                f"figure {f['src']} shown {f['height']} px tall (under {MIN_FIGURE_PX}): too small to read"
+                for f in value["smallFigures"]
+            ]
             for href in sorted(set(value["links"])):
                 problem = check_link(href, base, html, link_cache)
                 if problem:
                     report.problems.append(problem)
             report.problems += _console_problems(browser.events)
             report.problems += [f"needs the network: {url}" for url in sorted(set(external))]
-            shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=True)
+            shot = browser.call("Page.captureScreenshot", full_page(browser), session=True)
             report.screenshot = screenshots / (page.replace("/", "__").removesuffix(".html") + ".png")
             report.screenshot.write_bytes(base64.b64decode(shot["data"]))
             reports.append(report)
@@ -310,6 +326,13 @@ def run(html: Path, screenshots: Path, executable: str, only: list[str] | None =
         server.shutdown()
         server.server_close()
     return reports
+
+
+def full_page(browser: Browser) -> dict:
+    """Page.captureScreenshot's parameters for the whole page, not only the window's first screen."""
+    size = browser.call("Page.getLayoutMetrics", session=True)["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": max(size["width"], WINDOW["width"]), "height": size["height"], "scale": 1}
+    return {"format": "png", "captureBeyondViewport": True, "clip": clip}
 
 
 def _console_problems(events: list[dict]) -> list[str]:

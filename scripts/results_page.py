@@ -204,24 +204,42 @@ def series(fig: KeyFigure, data: dict) -> dict:
     return out
 
 
-def draw(fig: KeyFigure, lines: dict, path: Path) -> None:
-    """Grouped bars: one group per x (kernel, problem or metric), one bar per GPU."""
+FONT_PT = 10  # the smallest text on a figure, at the page's column width (WIDTH_IN inches)
+WIDTH_IN = 8.0
+ROW_IN = 0.3  # the height of one group of bars: the launch sweep's 50 block shapes stay readable
+
+
+def figure(fig: KeyFigure, lines: dict) -> plt.Figure:
+    """Grouped horizontal bars: one row per x (kernel, problem or metric), one bar per GPU.
+
+    Rows, not columns: the labels (kernel names, block shapes) never collide, and the figure grows
+    taller with the number of rows at the column's width instead of wider than the page, where the
+    browser would shrink its text."""
     xs = list(dict.fromkeys(x for values in lines.values() for x in values))
-    width = 0.8 / len(lines)
-    figure, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(xs) * max(1, len(lines) / 2) + 2), 3.6))
-    for i, (gpu, values) in enumerate(lines.items()):
-        pos = [j + (i - (len(lines) - 1) / 2) * width for j, x in enumerate(xs) if x in values]
-        ax.bar(pos, [values[x] for x in xs if x in values], width, label=gpu)
-    ax.set_xticks(range(len(xs)), xs, rotation=30 if len(xs) > 4 else 0, ha="right" if len(xs) > 4 else "center")
-    ax.set_ylabel(fig.unit + (" (lower is better)" if fig.lower_is_better else ""))
-    if fig.log:
-        ax.set_yscale("log")
-    ax.set_title(fig.title)
-    ax.legend(fontsize="small")
-    ax.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    height = 0.8 / len(lines)
+    with plt.rc_context({"font.size": FONT_PT, "legend.fontsize": FONT_PT, "axes.titlesize": FONT_PT + 2}):
+        drawn, ax = plt.subplots(
+            figsize=(WIDTH_IN, max(4.5, 1.8 + ROW_IN * len(xs) * max(1.0, len(lines) / 3))), layout="constrained"
+        )
+        for i, (gpu, values) in enumerate(lines.items()):
+            pos = [j + (i - (len(lines) - 1) / 2) * height for j, x in enumerate(xs) if x in values]
+            ax.barh(pos, [values[x] for x in xs if x in values], height, label=gpu)
+        ax.set_yticks(range(len(xs)), xs)
+        ax.set_ylim(len(xs) - 0.5, -0.5)  # the first x on top, as in the table below the figure
+        ax.set_xlabel(fig.unit + (" (lower is better)" if fig.lower_is_better else ""))
+        if fig.log:
+            ax.set_xscale("log")
+        ax.set_title(fig.title)
+        ax.grid(axis="x", alpha=0.3)
+        drawn.legend(loc="outside lower center", ncol=min(len(lines), 3), frameon=False)
+    return drawn
+
+
+def draw(fig: KeyFigure, lines: dict, path: Path) -> None:
+    """The figure of ``lines`` as a PNG at ``path``."""
+    drawn = figure(fig, lines)
+    drawn.savefig(path, dpi=110)
+    plt.close(drawn)
 
 
 def _fmt(value: float) -> str:

@@ -1,13 +1,18 @@
 """The rendered book in a real browser: headless Chromium opens every page of _build/html, with the
 network blocked, and finds no console errors, failed requests, broken images, broken links within the
-book or unrendered math. Screenshots of every page are kept in _build/screenshots/
-(scripts/browser_check.py does the work). Without Chromium these tests are skipped, unless
-BOOK_REQUIRE_BROWSER is set (`make test` sets it where CI is set; .ci/run installs Chromium)."""
+book, unrendered math, code that scrolls sideways or figures too short to read. Full-page
+screenshots of every page are kept in _build/screenshots/ (scripts/browser_check.py does the work).
+Without Chromium these tests are skipped, unless BOOK_REQUIRE_BROWSER is set (`make test` sets it
+where CI is set; .ci/run installs Chromium)."""
 
 import os
 import re
+import shutil
+import struct
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 import book_fixes
@@ -53,11 +58,17 @@ def test_page_renders_cleanly(page, reports):
     assert not reports[page].problems, "\n".join(reports[page].problems)
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    return struct.unpack(">II", path.read_bytes()[16:24])
+
+
 def test_chapters_have_screenshots_and_rendered_math(reports):
     chapters = [r for p, r in reports.items() if p.startswith("notebooks/")]
     assert chapters, "no chapter page was checked"
     for r in chapters:
         assert r.screenshot and r.screenshot.stat().st_size > 10_000, f"{r.page}: no real screenshot"
+        width, height = png_size(r.screenshot)
+        assert height > 2 * browser_check.WINDOW["height"], f"{r.page}: only the first screen ({width}x{height})"
     assert sum(r.math for r in reports.values()) > 0, "no page has math: the math check proves nothing"
 
 
@@ -95,6 +106,36 @@ def test_math_from_a_cdn_fails_offline(tmp_path, chromium):
     problems = "\n".join(report.problems)
     assert "math not rendered" in problems and "raw TeX on the page" in problems
     assert "needs the network: https://cdn.jsdelivr.net/" in problems
+
+
+def page_with_code_and_figure(root: Path, css: str = "") -> str:
+    """A page shaped like a chapter's: a highlighted code cell with one long line, and a figure as wide
+    as the old results page's launch-rate strip (4848 x 396 px)."""
+    plt.imsave(root / "strip.png", np.zeros((396, 4848, 3)))
+    long_line = "x = " + " + ".join(f"value_{i}" for i in range(60))
+    (root / "code.html").write_text(
+        f"<html><head>{css}</head><body><article style='width: 800px'>"
+        f"<div class='highlight'><pre>{long_line}\nshort line</pre></div>"
+        f"<div class='cell_output'><img src='strip.png' style='max-width: 100%'></div>"
+        f"<div style='height: 3000px'>a page taller than the window</div></article></body></html>"
+    )
+    return "code.html"
+
+
+def test_sideways_code_short_figures_and_the_whole_page_are_seen(tmp_path, chromium):
+    page = page_with_code_and_figure(tmp_path)
+    (report,) = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
+    problems = "\n".join(report.problems)
+    assert "code scrolls sideways: 'x = value_0 + value_1" in problems
+    assert re.search(r"figure strip.png shown \d+ px tall \(under 150\): too small to read", problems)
+    assert png_size(report.screenshot)[1] > 3000, "the screenshot stops at the first screen"
+
+
+def test_the_books_css_wraps_code(tmp_path, chromium):
+    shutil.copy(book_fixes.STATIC / book_fixes.CSS, tmp_path)
+    page = page_with_code_and_figure(tmp_path, f"<link rel='stylesheet' href='{book_fixes.CSS}'>")
+    (report,) = browser_check.run(tmp_path, tmp_path / "shots", chromium, only=[page])
+    assert not [p for p in report.problems if "sideways" in p], report.problems
 
 
 def test_link_check_finds_missing_pages_and_anchors(tmp_path):

@@ -2,6 +2,7 @@
 config (no placeholder URL), the Colab set-up, and the course pages' references to exercises."""
 
 import ast
+import itertools
 import re
 import shutil
 import subprocess
@@ -10,6 +11,8 @@ import textwrap
 import types
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import matplotlib.text
 import pytest
 import yaml
 
@@ -90,6 +93,28 @@ def test_results_page_drops_stale_figures(tmp_path):
     assert not (out / "results" / "old.png").exists()
 
 
+@pytest.mark.parametrize("rows", [1, 7, 50])
+def test_results_figures_are_readable_at_the_columns_width(rows):
+    """As wide as the page's column whatever the number of rows (a wider PNG is shrunk, text and all),
+    at least 4.5 inches tall, no text under 9 pt, and no two row labels or legend entries overlapping."""
+    fig = results_page.KeyFigure("probes", "Thread launch rate vs block shape", "threads/cycle", None)
+    lines = {gpu: {f"block {n}x{n}x1": float(n * i) for n in range(1, rows + 1)} for i, gpu in enumerate("ABC", 1)}
+    drawn = results_page.figure(fig, lines)
+    try:
+        width, height = drawn.get_size_inches()
+        assert width <= results_page.WIDTH_IN and height >= 4.5
+        texts = [t for t in drawn.findobj(matplotlib.text.Text) if t.get_text() and t.get_visible()]
+        assert min(t.get_fontsize() for t in texts) >= 9
+        drawn.canvas.draw()
+        renderer = drawn.canvas.get_renderer()
+        ax = drawn.axes[0]
+        for group in (ax.get_yticklabels(), drawn.legends[0].get_texts()):
+            boxes = [t.get_window_extent(renderer) for t in group if t.get_text()]
+            assert len(boxes) == len(group) and not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+    finally:
+        plt.close(drawn)
+
+
 def test_source_rows_match_the_chapters_names():
     """Each source's numbers land under the same kernel/problem/metric names its chapter records."""
     for fig in results_page.key_figures():
@@ -104,6 +129,17 @@ def test_the_committed_results_feed_the_page():
         pytest.skip("no data/results yet")
     data = results_page.measured(results.RESULTS)
     assert any(results_page.series(f, data) for f in results_page.key_figures() if f.chapter in data)
+
+
+def test_references_name_each_source_documents_author_and_address():
+    """Each source document (a bold entry of book/references.md) says who wrote it and where it is, or
+    that it is unsigned and has no address."""
+    text = (ROOT / "book" / "references.md").read_text()
+    sources = [e for e in re.split(r"\n(?=- )", text) if e.startswith("- **")]
+    assert len(sources) >= 4, "the four source documents"
+    for entry in sources:
+        signed = re.search(r"\*\* by [\w-]+", entry) and re.search(r"<https://github\.com/[\w.-]+/[\w.-]+>", entry)
+        assert signed or "unsigned" in entry and "no address" in entry, entry
 
 
 # --- the repository URL: one setting, no placeholder ------------------------------------------------

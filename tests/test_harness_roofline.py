@@ -1,4 +1,5 @@
 import matplotlib
+import matplotlib.text
 import pytest
 
 from kernels.harness import roofline
@@ -32,3 +33,6 @@ def test_plot_draws_roofs_and_points():
     ax = roofline.plot(gflops=60000, gbps=3000, points={"k": (2.0, 5000.0)}, roofs={"smem": (30000, "bw")})
     assert len(ax.get_lines()) >= 4
     assert any(t.get_text() == "k" for t in ax.texts)
+    texts = [t for t in ax.figure.findobj(matplotlib.text.Text) if t.get_text()]
+    assert min(t.get_fontsize() for t in texts) >= 9, "text readable at the page's width"
+    assert ax.figure.get_size_inches()[0] >= 8

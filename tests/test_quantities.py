@@ -30,6 +30,15 @@ def test_copy_rate_is_the_largest_buffer_of_the_newest_run():
     assert gbps == sizes[max(sizes)]
 
 
+def test_fma_ceiling_is_the_best_of_the_newest_sweep_and_sms_the_device_table():
+    gflops, _ = quantities.fma_gflops()
+    latest = results.latest("machine", results.REFERENCE_GPU)
+    sweep = [float(r["value"]) for (k, _, m), r in latest.items() if k == "fma_chains" and m == "GFLOP/s"]
+    assert len(sweep) > 1 and gflops == max(sweep)
+    sms, _ = quantities.sm_count()
+    assert sms == int(float(newest("machine", "device", "sms")["value"])) and sms > 0
+
+
 def test_a_quantity_never_measured_is_a_clear_error():
     with pytest.raises(LookupError, match="run that chapter on a GPU"):
         quantities.stored("probes", "no such kernel", "latency")

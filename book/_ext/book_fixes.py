@@ -10,6 +10,9 @@ extensions it loads on demand from the release ``make book`` unpacks from npm (m
 
 `literalinclude` with `:diff:` heads its diff with both files' absolute paths, the building machine's
 folders on the page; they are made relative to the book's root here.
+
+Code blocks and printed outputs wrap at the column's edge instead of scrolling sideways
+(``static/book_fixes.css``).
 """
 
 import os
@@ -21,6 +24,8 @@ from docutils import nodes
 MATHJAX = Path(__file__).resolve().parents[2] / "build" / "mathjax" / "package" / "es5"
 MATHJAX_FILES = ("tex-mml-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions")
 MATHJAX_PATH = "mathjax/tex-mml-chtml.js"  # relative to _static
+STATIC = Path(__file__).resolve().parent / "static"
+CSS = "book_fixes.css"  # in STATIC
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -51,6 +56,10 @@ def _serve_mathjax(app, config):
     config.mathjax_path = MATHJAX_PATH
 
 
+def _add_static(app, config):
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
+
+
 def _copy_mathjax(app):
     if app.builder.format == "html":
         copy_mathjax(Path(app.outdir) / "_static")
@@ -72,5 +81,7 @@ def setup(app):
     app.connect("doctree-read", _relative_diff_headers)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.connect("config-inited", _serve_mathjax)
+    app.connect("config-inited", _add_static)
+    app.add_css_file(CSS)
     app.connect("builder-inited", _copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -47,6 +47,25 @@ def copy_gbps() -> tuple[float, str]:
     return float(largest["value"]), largest["gpu"]
 
 
+def fma_gflops() -> tuple[float, str]:
+    """The FP32 FMA ceiling the machine chapter measured: the best rate of its warps-per-SM sweep."""
+    rows = [
+        r
+        for r in results.latest("machine", _machine_gpu()).values()
+        if r["kernel"] == "fma_chains" and r["metric"] == "GFLOP/s"
+    ]
+    if not rows:
+        raise LookupError("no stored fma_chains rows: run the machine chapter on a GPU")
+    best = max(rows, key=lambda r: float(r["value"]))
+    return float(best["value"]), best["gpu"]
+
+
+def sm_count() -> tuple[int, str]:
+    """The SMs of the GPU the machine chapter ran on (its device table)."""
+    sms, gpu = stored("machine", "device", "sms")
+    return int(sms), gpu
+
+
 def _machine_gpu() -> str:
     if device.on_gpu():
         slug = device.environment()["gpu_slug"]

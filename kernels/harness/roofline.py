@@ -63,7 +63,7 @@ def plot(
 
     _ceilings(gflops, gbps)
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
+        _, ax = plt.subplots(figsize=(8, 4.5))  # the page column, text at full size
     ridge = gflops / gbps
     x = np.logspace(np.log10(ridge) - 3, np.log10(ridge) + 2, 200)
     ax.loglog(
@@ -80,12 +80,12 @@ def plot(
             ax.axhline(value, ls="--", lw=1, label=label)
     for label, (intensity, rate) in (points or {}).items():
         ax.loglog([intensity], [rate], "o")
-        ax.annotate(label, (intensity, rate), textcoords="offset points", xytext=(5, -12), fontsize=8)
+        ax.annotate(label, (intensity, rate), textcoords="offset points", xytext=(6, -15), fontsize=9)
     ax.axvline(ridge, color="grey", lw=0.5)
     ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
     ax.set_ylabel("GFLOP/s")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=9, loc="lower right")
     ax.grid(True, which="both", alpha=0.3)
     return ax
 

@@ -1,13 +1,15 @@
-"""The machine chapter's published solutions and typical wrong kernels, attached to its exercises.
+"""The machine chapter's published solutions and typical wrong kernels and answers, attached to its exercises.
 
-The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
+The wrong ones are mistakes students make; the tests prove the checker fails them and says why.
 The student edition leaves this file out (scripts/student_edition.py).
 """
 
 import numpy as np
 from numba import cuda
 
+from kernels.harness import quantities
 from kernels.harness.exercise import attach
+from kernels.machine.exercises import floor_compute_ms, floor_memory_ms
 
 THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 
@@ -113,5 +115,54 @@ attach(
     wrong={
         "start value forgotten": (launch_one_chain_from_zero, "wrong"),
         "threadIdx instead of grid index": (launch_one_chain_first_warp, "never written"),
+    },
+)
+
+
+# --- machine-ex-tail: waves of one block per SM ---------------------------------------------------
+
+SMS = quantities.sm_count()[0]
+
+attach(
+    "machine-ex-tail",
+    solution={"sms_blocks_t": 1, "one_more_t": 2, "twice_t": 2, "rate_one_more": (SMS + 1) / (2 * SMS)},
+    wrong={
+        # time in proportion to the blocks, as if an SM could run a fraction of a block
+        "time proportional to blocks": (
+            {"sms_blocks_t": 1, "one_more_t": (SMS + 1) / SMS, "twice_t": 2, "rate_one_more": 1.0},
+            "one_more_t: not yet",
+        ),
+        "the extra block costs nothing": (
+            {"sms_blocks_t": 1, "one_more_t": 1, "twice_t": 2, "rate_one_more": (SMS + 1) / SMS},
+            "rate_one_more: not yet",
+        ),
+    },
+)
+
+
+# --- machine-ex-floor: y = a x + y on 1e8 float32 elements ----------------------------------------
+
+RIGHT_FLOOR = {
+    "flops": 2e8,
+    "bytes": 1.2e9,
+    "intensity": 1 / 6,
+    "floor_ms": 1.2e9 / (quantities.copy_gbps()[0] * 1e9) * 1e3,
+    "bound": "memory",
+    "factor": (1.2e9 / quantities.copy_gbps()[0]) / (2e8 / quantities.fma_gflops()[0]),
+}
+
+attach(
+    "machine-ex-floor",
+    solution=RIGHT_FLOOR,
+    wrong={
+        "y's write forgotten": (
+            {**RIGHT_FLOOR, "bytes": 8e8, "intensity": 0.25, "floor_ms": floor_memory_ms() * 2 / 3},
+            "bytes: not yet",
+        ),
+        "compute-bound": ({**RIGHT_FLOOR, "bound": "compute"}, "bound: not yet"),
+        "floor from the FLOPs alone": (
+            {**RIGHT_FLOOR, "floor_ms": floor_compute_ms()},
+            "floor_ms: not yet",
+        ),
     },
 )
