@@ -49,7 +49,7 @@ def test_only_this_runs_rows_are_listed(tmp_path, monkeypatch):
         ("machine", ["01_machine"]),
         ("ssim", ["02_ssim_worklog", "02b_ssim_beyond"]),
         ("probes", ["04a_probes_compute", "04b_probes_memory"]),
-        ("implicit_gemm", ["05_implicit_gemm"]),
+        ("implicit_gemm", ["05_implicit_gemm", "05_implicit_gemm_deep_profile"]),  # its deep dive reruns with it
     ],
 )
 def test_chapter_names_match_notebooks_by_prefix(chapter, stems):
