@@ -86,6 +86,14 @@ def _profile_versions(slug: str) -> set[str]:
     return set()
 
 
+def warps_per_sm(registers: int) -> int:
+    """One-warp blocks an SM holds at ``registers`` a thread. Registers are allocated in units of 8 per
+    thread, and each of the SM's four schedulers holds its own warps in its quarter of the 65,536
+    registers, so the warps per SM are a multiple of 4 (ncu's achieved occupancy agrees)."""
+    regs = -(-registers // 8) * 8
+    return min(32, 4 * (65536 // 4 // (regs * 32)))
+
+
 def problem_name(shape, training: bool = False) -> str:
     return "x".join(map(str, shape)) + ("-train" if training else "")
 
