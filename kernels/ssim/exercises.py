@@ -178,7 +178,7 @@ def v6_model_per_pixel() -> float:
 
 register(
     Question(
-        label="ssim-beyond-ex-count",
+        label="ssim-ex-beyond-count",
         task="V6's thread-instructions per output pixel: your model's, and the profiler's",
         parts={
             "model": Part(
@@ -209,7 +209,7 @@ def pipeline_depth() -> dict:
 
 register(
     Question(
-        label="ssim-beyond-ex-depth",
+        label="ssim-ex-beyond-depth",
         task="the KB an SM must have in flight, and the rows per warp V5 must prefetch",
         parts={
             "kb_in_flight": Part(
@@ -236,7 +236,7 @@ def unroll_answers() -> dict:
 
 register(
     Question(
-        label="ssim-beyond-ex-unroll",
+        label="ssim-ex-beyond-unroll",
         task="the fastest unroll of V9's row loop, and whether ten rows per trip is faster or slower than V9",
         parts={
             "fastest_unroll": Part(

@@ -127,13 +127,13 @@ attach(
 
 V6_PROFILED = bench.profile()[1]["V6"]["thread instructions / px"]  # read off the profiler table
 attach(
-    "ssim-beyond-ex-count",
+    "ssim-ex-beyond-count",
     solution={"model": 195, "profiler": V6_PROFILED},
     wrong={"halo rows left out": ({"model": 174, "profiler": V6_PROFILED}, "model: not yet")},
 )
 DEPTH = pipeline_depth()
 attach(
-    "ssim-beyond-ex-depth",
+    "ssim-ex-beyond-depth",
     solution={"kb_in_flight": DEPTH["kb"], "rows_per_warp": DEPTH["rows"]},
     wrong={
         "the whole GPU's bytes, not one SM's": (
@@ -143,7 +143,7 @@ attach(
     },
 )
 attach(
-    "ssim-beyond-ex-unroll",
+    "ssim-ex-beyond-unroll",
     solution={"fastest_unroll": 2, "ten_rows": "slower"},
     wrong={"the more unrolled the better": ({"fastest_unroll": 4, "ten_rows": "faster"}, "fastest_unroll: not yet")},
 )
