@@ -650,3 +650,23 @@ def test_loop_values_name_each_versions_hot_loop_counts():
         "v9_moves": 1.0,
         "v9_per_col": 195.25,
     }
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda b: b.verdicts("PASS  V5 map"), TypeError, "lines: expected a non-empty list"),
+        (lambda b: b.verdicts([]), TypeError, "lines: expected a non-empty list"),
+        (lambda b: b.verdicts(["V5 passed"]), ValueError, "lines: each must read 'PASS  <version>"),
+        (lambda b: b.warps_per_sm(0), ValueError, "registers must be >= 1"),
+        (lambda b: b.warps_per_sm(256), ValueError, "registers must be <= 255"),
+        (lambda b: b.warps_per_sm(128.5), ValueError, "registers must be an integer"),
+        (lambda b: b.glue_change("x", 1.0, 0.0), ValueError, "old"),
+        (lambda b: b.glue_change("x", float("nan"), 1.0), ValueError, "new"),
+    ],
+)
+def test_display_helpers_refuse_bad_input(call, error, words):
+    from kernels.ssim import bench
+
+    with pytest.raises(error, match=re.escape(words) if "'" in words else words):
+        call(bench)

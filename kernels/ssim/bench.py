@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.harness import cuda_cpp, device, results, roofline, sass, timing
+from kernels.harness import check, cuda_cpp, device, results, roofline, sass, timing
 from kernels.harness.glue import glue, word
 
 from . import common, cuda_versions
@@ -91,7 +91,7 @@ def warps_per_sm(registers: int) -> int:
     """One-warp blocks an SM holds at ``registers`` a thread. Registers are allocated in units of 8 per
     thread, and each of the SM's four schedulers holds its own warps in its quarter of the 65,536
     registers, so the warps per SM are a multiple of 4 (ncu's achieved occupancy agrees)."""
-    regs = -(-registers // 8) * 8
+    regs = -(-check.positive_int(registers, "registers", maximum=255) // 8) * 8  # ptxas gives a thread <= 255
     return min(32, 4 * (65536 // 4 // (regs * 32)))
 
 
@@ -179,8 +179,12 @@ def verdicts(lines: list[str]):
     failed, any failure spelled out, and every line folded under a "details" fold."""
     from IPython.display import Markdown
 
+    if isinstance(lines, str) or not lines:
+        raise TypeError(f"lines: expected a non-empty list of verdict lines ('PASS  V5 ...'), got {lines!r:.80}")
     counts: dict = {}
     for line in lines:
+        if not isinstance(line, str) or not line.startswith(("PASS ", "FAIL ")) or len(line.split()) < 2:
+            raise ValueError(f"lines: each must read 'PASS  <version> ...' or 'FAIL  <version> ...', got {line!r:.80}")
         verdict, version = line.split()[:2]
         counts.setdefault(version, {"version": version, "checks": 0, "passed": 0, "failed": 0})
         counts[version]["checks"] += 1
@@ -199,6 +203,8 @@ def verdicts(lines: list[str]):
 
 def glue_change(name: str, new: float, old: float, less: str = "less", more: str = "more") -> None:
     """Glue how far ``new`` is from ``old`` in % (``name_pct``) and which way (``name``: ``less`` or ``more``)."""
+    check.finite_number(new, "new")
+    check.finite_number(old, "old (the time compared with)", positive=True)
     glue(f"{name}_pct", 100 * abs(new / old - 1))
     glue(name, word(new < old, less, more))
 
