@@ -601,3 +601,88 @@ def test_profile_of_this_gpu_is_used_only_if_it_covers_the_reference_versions(tm
     assert bench.profile((1, 1, 2, 2))[0] == results.REFERENCE_GPU
     table("other-gpu", ("V4", "V11", "V12"))
     assert bench.profile((1, 1, 2, 2))[0] == "other-gpu"
+
+
+# --- the notebooks' display helpers ---------------------------------------------------------------
+
+
+def test_verdicts_count_each_version_and_fold_every_line():
+    from kernels.ssim import bench
+
+    lines = [
+        "PASS  V5 1x1x11x11 random map: max|err| <= 0.0001",
+        "FAIL  V5 1x1x21x30 random map: max|err| <= 0.0001 (max|err| = 0.5)",
+        "PASS  V6 1x1x11x11 random map: max|err| <= 0.0001",
+    ]
+    text = bench.verdicts(lines).data
+    assert "| V5 | 2 | 1 | 1 |" in text and "| V6 | 1 | 1 | 0 |" in text
+    assert "| **all** | **3** | **2** | **1** |" in text
+    failed, folded = text.split("<details>")
+    assert lines[1] in failed and lines[0] not in failed, "only the failures are shown above the fold"
+    assert all(line in folded for line in lines) and folded.rstrip().endswith("</details>")
+
+
+@pytest.mark.parametrize("registers", [64, 128, 133, 168, 169, 224, 255])
+def test_warps_per_sm_fill_each_schedulers_quarter_of_the_register_file(registers):
+    from kernels.ssim import bench
+
+    warps = bench.warps_per_sm(registers)
+    allocated = -(-registers // 8) * 8
+    assert warps % 4 == 0 and warps <= 32
+    assert (warps // 4) * allocated * 32 <= 65536 // 4 < (warps // 4 + 1) * allocated * 32 or warps == 32
+
+
+def test_profile_values_and_rows_read_the_stored_counters():
+    from kernels.ssim import bench
+
+    _, counters = bench.profile()
+    values = bench.profile_values(counters, ("V3-1", "V13 mean"))
+    assert values["v3_1_instr_px"] == counters["V3-1"]["thread instructions / px"]
+    stalls = {k.removeprefix("stall "): x for k, x in counters["V13 mean"].items() if k.startswith("stall ")}
+    assert values["v13_mean_stall_1"] == max(stalls, key=stalls.get)
+    rows = bench.profile_rows(counters)
+    assert [r["version"] for r in rows] == list(counters) and set(bench.PROFILE_FORMATS) <= set(rows[0])
+
+
+def test_glue_change_stores_the_percentage_and_the_direction(monkeypatch):
+    from kernels.ssim import bench
+
+    stored = {}
+    monkeypatch.setattr(bench, "glue", lambda name, value: stored.update({name: value}))
+    bench.glue_change("v9_vs_v8", 0.75, 1.0, "faster", "slower")
+    assert stored == {"v9_vs_v8_pct": 25.0, "v9_vs_v8": "faster"}
+    bench.glue_change("v8_vs_v7", 1.25, 1.0)
+    assert stored["v8_vs_v7"] == "more"
+
+
+def test_loop_values_name_each_versions_hot_loop_counts():
+    from kernels.ssim import bench
+
+    loop = {"loop instructions": 781, "KB": 12.2, "per row": 390.5, "moves per row": 1.0, "per row and column": 195.25}
+    assert bench.loop_values({"V9": loop}) == {
+        "v9_loop": 781,
+        "v9_kb": 12.2,
+        "v9_per_row": 390.5,
+        "v9_moves": 1.0,
+        "v9_per_col": 195.25,
+    }
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda b: b.verdicts("PASS  V5 map"), TypeError, "lines: expected a non-empty list"),
+        (lambda b: b.verdicts([]), TypeError, "lines: expected a non-empty list"),
+        (lambda b: b.verdicts(["V5 passed"]), ValueError, "lines: each must read 'PASS  <version>"),
+        (lambda b: b.warps_per_sm(0), ValueError, "registers must be >= 1"),
+        (lambda b: b.warps_per_sm(256), ValueError, "registers must be <= 255"),
+        (lambda b: b.warps_per_sm(128.5), ValueError, "registers must be an integer"),
+        (lambda b: b.glue_change("x", 1.0, 0.0), ValueError, "old"),
+        (lambda b: b.glue_change("x", float("nan"), 1.0), ValueError, "new"),
+    ],
+)
+def test_display_helpers_refuse_bad_input(call, error, words):
+    from kernels.ssim import bench
+
+    with pytest.raises(error, match=re.escape(words) if "'" in words else words):
+        call(bench)

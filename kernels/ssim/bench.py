@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.harness import cuda_cpp, device, results, roofline, sass, timing
+from kernels.harness import check, cuda_cpp, device, results, roofline, sass, timing
+from kernels.harness.glue import glue, word
 
 from . import common, cuda_versions, registry
 
@@ -84,6 +85,128 @@ def _profile_versions(slug: str) -> set[str]:
             with path.open(newline="") as f:
                 return {row["version"] for row in csv.DictReader(f)}
     return set()
+
+
+def warps_per_sm(registers: int) -> int:
+    """One-warp blocks an SM holds at ``registers`` a thread. Registers are allocated in units of 8 per
+    thread, and each of the SM's four schedulers holds its own warps in its quarter of the 65,536
+    registers, so the warps per SM are a multiple of 4 (ncu's achieved occupancy agrees)."""
+    regs = -(-check.positive_int(registers, "registers", maximum=255) // 8) * 8  # ptxas gives a thread <= 255
+    return min(32, 4 * (65536 // 4 // (regs * 32)))
+
+
+def _stalls(c: dict) -> list[tuple[str, float]]:
+    """A kernel's stall reasons, largest first: (reason, warps stalled per issued instruction)."""
+    return sorted(((k.removeprefix("stall "), x) for k, x in c.items() if k.startswith("stall ")), key=lambda s: -s[1])
+
+
+def profile_rows(counters: dict, shape=common.BENCH_SHAPE) -> list[dict]:
+    """The profiler table: one row per profiled kernel, its work per output pixel, issue-slot use,
+    occupancy, long-scoreboard stalls and its three largest stall reasons (warps per issued instruction)."""
+    px = float(np.prod(shape))
+    rows = []
+    for v, c in counters.items():
+        stalls = _stalls(c)
+        rows.append(
+            {
+                "version": v,
+                "warp instr / px": c["thread instructions / px"],
+                "FFMA / px": c["FFMA thread instructions"] / px,
+                "local instr / px": c["local instructions / px"],
+                "DRAM B / px": c["DRAM bytes / px"],
+                "issue %": c["issue slots busy %"],
+                "occupancy %": c["achieved occupancy %"],
+                "long scoreboard": c["stall long_scoreboard"],
+                "top stalls": ", ".join(f"{k} {x:.2f}" for k, x in stalls[:3]),
+            }
+        )
+    return rows
+
+
+PROFILE_FORMATS = {
+    "warp instr / px": ".1f",
+    "FFMA / px": ".1f",
+    "local instr / px": ".2f",
+    "DRAM B / px": ".1f",
+    "issue %": ".0f",
+    "occupancy %": ".0f",
+    "long scoreboard": ".2f",
+}
+
+
+def profile_values(counters: dict, versions, shape=common.BENCH_SHAPE) -> dict:
+    """{glue name: value} of the counters the SSIM pages quote for each of ``versions`` (``v11_instr_px``,
+    ``v4_stall_1`` for its largest stall reason, ...)."""
+    px = float(np.prod(shape))
+    values = {}
+    for v in versions:
+        c, name = counters[v], v.lower().replace(" ", "_").replace("-", "_")
+        stalls = _stalls(c)
+        for key, value in (
+            ("instr_px", c["thread instructions / px"]),
+            ("ffma_px", c["FFMA thread instructions"] / px),
+            ("local_px", c["local instructions / px"]),
+            ("dram_px", c["DRAM bytes / px"]),
+            ("issue_pct", c["issue slots busy %"]),
+            ("occupancy_pct", c["achieved occupancy %"]),
+            ("lsb", c["stall long_scoreboard"]),
+            ("ssb", c["stall short_scoreboard"]),
+            ("noi", c["stall no_instruction"]),
+            ("nsel", c["stall not_selected"]),
+            ("stall_1", stalls[0][0]),
+            ("stall_2", stalls[1][0]),
+            ("stall_1_value", stalls[0][1]),
+            ("local_loads", c["local load instructions"]),
+        ):
+            values[f"{name}_{key}"] = value
+    return values
+
+
+def loop_values(loops: dict) -> dict:
+    """{glue name: value} of each version's hot loop (``hot_loop``): ``v9_per_row``, ``v6_moves``, ..."""
+    keys = (
+        ("loop instructions", "loop"),
+        ("KB", "kb"),
+        ("per row", "per_row"),
+        ("moves per row", "moves"),
+        ("per row and column", "per_col"),
+    )
+    return {f"{v.lower()}_{short}": loop[key] for v, loop in loops.items() for key, short in keys}
+
+
+def verdicts(lines: list[str]):
+    """Verdict lines (PASS/FAIL ...) as one table, a row per version with its count of checks passed and
+    failed, any failure spelled out, and every line folded under a "details" fold."""
+    from IPython.display import Markdown
+
+    if isinstance(lines, str) or not lines:
+        raise TypeError(f"lines: expected a non-empty list of verdict lines ('PASS  V5 ...'), got {lines!r:.80}")
+    counts: dict = {}
+    for line in lines:
+        if not isinstance(line, str) or not line.startswith(("PASS ", "FAIL ")) or len(line.split()) < 2:
+            raise ValueError(f"lines: each must read 'PASS  <version> ...' or 'FAIL  <version> ...', got {line!r:.80}")
+        verdict, version = line.split()[:2]
+        counts.setdefault(version, {"version": version, "checks": 0, "passed": 0, "failed": 0})
+        counts[version]["checks"] += 1
+        counts[version]["passed" if verdict == "PASS" else "failed"] += 1
+    rows = list(counts.values())
+    total = {k: sum(r[k] for r in rows) for k in ("checks", "passed", "failed")}
+    head = "| version | checks | passed | failed |\n|---|---|---|---|\n"
+    body = "".join(f"| {r['version']} | {r['checks']} | {r['passed']} | {r['failed']} |\n" for r in rows)
+    body += f"| **all** | **{total['checks']}** | **{total['passed']}** | **{total['failed']}** |\n"
+    failures = [line for line in lines if not line.startswith("PASS")]
+    failed = ("\n**Failed:**\n\n```\n" + "\n".join(failures) + "\n```\n") if failures else ""
+    listing = "\n".join(lines)
+    details = f"\n<details><summary>All {len(lines)} verdicts</summary>\n\n```\n{listing}\n```\n\n</details>\n"
+    return Markdown(head + body + failed + details)
+
+
+def glue_change(name: str, new: float, old: float, less: str = "less", more: str = "more") -> None:
+    """Glue how far ``new`` is from ``old`` in % (``name_pct``) and which way (``name``: ``less`` or ``more``)."""
+    check.finite_number(new, "new")
+    check.finite_number(old, "old (the time compared with)", positive=True)
+    glue(f"{name}_pct", 100 * abs(new / old - 1))
+    glue(name, word(new < old, less, more))
 
 
 def problem_name(shape, training: bool = False) -> str:

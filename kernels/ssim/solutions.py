@@ -9,7 +9,9 @@ from numba import cuda, float32
 
 from kernels.harness.exercise import attach  # first: the harness picks the simulator
 
+from . import bench
 from .common import GAUSS, RADIUS, WINDOW
+from .exercises import pipeline_depth
 
 BX, BY = 16, 8  # small blocks: the simulator runs every thread as a Python thread
 
@@ -101,4 +103,47 @@ attach(
         "window off by one": (launch_blur_x_off_by_one, "shifted by 1 along axis 1"),
         "taps not normalised": (launch_blur_x_unnormalised, "times the expected value"),
     },
+)
+
+
+# --- the questions: the published answers, and typical wrong ones with the part their report must name ----
+
+attach(
+    "ssim-ex-naive-v1",
+    solution={"flushes_removed": 5, "barriers_kept": 10},
+    wrong={"V1's eleven barriers": ({"flushes_removed": 5, "barriers_kept": 11}, "barriers_kept: not yet")},
+)
+attach(
+    "ssim-ex-v2-model",
+    solution={"best_by": 128, "total_millions": 89.5},
+    wrong={"the tallest tile": ({"best_by": 1024, "total_millions": 122.2}, "best_by: not yet")},
+)
+attach(
+    "ssim-ex-partial-sums",
+    solution={"sums_per_moment": 10, "registers": 100},
+    wrong={"one sum per tap": ({"sums_per_moment": 11, "registers": 110}, "sums_per_moment: not yet")},
+)
+
+
+V6_PROFILED = bench.profile()[1]["V6"]["thread instructions / px"]  # read off the profiler table
+attach(
+    "ssim-ex-beyond-count",
+    solution={"model": 195, "profiler": V6_PROFILED},
+    wrong={"halo rows left out": ({"model": 174, "profiler": V6_PROFILED}, "model: not yet")},
+)
+DEPTH = pipeline_depth()
+attach(
+    "ssim-ex-beyond-depth",
+    solution={"kb_in_flight": DEPTH["kb"], "rows_per_warp": DEPTH["rows"]},
+    wrong={
+        "the whole GPU's bytes, not one SM's": (
+            {"kb_in_flight": DEPTH["kb"] * 100, "rows_per_warp": DEPTH["rows"] * 100},
+            "kb_in_flight: not yet",
+        )
+    },
+)
+attach(
+    "ssim-ex-beyond-unroll",
+    solution={"fastest_unroll": 2, "ten_rows": "slower"},
+    wrong={"the more unrolled the better": ({"fastest_unroll": 4, "ten_rows": "faster"}, "fastest_unroll: not yet")},
 )
