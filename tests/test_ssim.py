@@ -525,6 +525,23 @@ def test_cuda_geometry_read_from_source():
     assert cuda_versions.geometry("V4") == {"threads": 32, "cols": 64, "rows": 72}
 
 
+def test_v3_1_cpp_is_v3_1_in_cuda_cpp_and_v3_less_its_loads():
+    """The isolating step between V3-1 and V3: V3-1's block and strip, V3's arithmetic line for line (so V3's
+    tolerances hold) and plain loads, so V3-1 -> V3-1-cpp is the language and V3-1-cpp -> V3 the loads."""
+    from kernels.ssim import v3_1_pipeline_registers as v3_1
+
+    tile = v3_1.GPU_TILE
+    assert cuda_versions.geometry("V3-1-cpp") == {"threads": tile["bx"], "cols": tile["bx"], "rows": tile["by"]}
+
+    def arithmetic(version):
+        text = cuda_cpp.source_path(cuda_versions.source(version)).read_text()
+        return [line.strip() for line in text.splitlines() if "fmaf(" in line or "q[m][" in line]
+
+    assert arithmetic("V3-1-cpp") == arithmetic("V3") and len(arithmetic("V3")) > 5
+    code = re.sub(r"//.*", "", cuda_cpp.source_path(cuda_versions.source("V3-1-cpp")).read_text())
+    assert not re.search(r"__pipeline|cp\.async|copy_async|\[2\]\[kRowLen\]", code)  # one row buffer
+
+
 def test_versions_a_gpu_cannot_run():
     assert not any(cuda_versions.unsupported(v, H100) for v in common.VERSIONS)
     reasons = {v: why for v in common.VERSIONS if (why := cuda_versions.unsupported(v, T4))}

@@ -94,6 +94,9 @@ def test_cuda_lookups_refuse_a_numba_version():
         (("X", "x.cu", "later", "ssim_x"), r"X: chapter must be one of \('worklog', 'beyond'\), got 'later'"),
         (("X", "x.cuh", "worklog", "ssim_x"), "X: file must be a .py or .cu file, got 'x.cuh'"),
         (("X", "x.py", "worklog", None, True), "X: cp_async and fused_mean are properties of a .cu file"),
+        # the notebooks glue f"{name.lower()}_registers" ('-' -> '_'); ssim_profile.py reads "V13 mean" as two words
+        (("V3-1 C++", "v3_1.cu", "worklog", "ssim_v3_1"), r"name must be letters, digits.*got 'V3-1 C\+\+'"),
+        ((None, "x.py", "worklog"), r"name must be letters, digits, '-' or '_'.*got None"),
     ],
 )
 def test_a_record_that_contradicts_itself_is_refused(fields, match):

@@ -7,10 +7,12 @@ The block geometry of a CUDA C++ version is not repeated here: it is read from i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 CHAPTERS = ("worklog", "beyond")  # notebook 02 (the worklog's versions), notebook 02b (ours)
 CP_ASYNC_CC = 80  # cp.async, the copy_async of ssim_common.cuh, is an sm_80 instruction
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,11 @@ class Version:
     fused_mean: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"name must be letters, digits, '-' or '_' (it becomes a glue name and one command-line "
+                f"word), got {self.name!r}"
+            )
         if self.chapter not in CHAPTERS:
             raise ValueError(f"{self.name}: chapter must be one of {CHAPTERS}, got {self.chapter!r}")
         if not self.file.endswith((".py", ".cu")):
@@ -57,6 +64,7 @@ REGISTRY = (
     Version("V2", "v2_tile_x.py", "worklog"),
     Version("V3-0", "v3_0_pipeline_local.py", "worklog"),
     Version("V3-1", "v3_1_pipeline_registers.py", "worklog"),
+    Version("V3-1-cpp", "v3_1.cu", "worklog", kernel="ssim_v3_1"),  # ours: V3-1 in CUDA C++, isolating V3's loads
     Version("V3", "v3.cu", "worklog", kernel="ssim_v3"),
     Version("V4-1", "v4_1.cu", "worklog", kernel="ssim_v4_1"),
     Version("V4", "v4.cu", "worklog", kernel="ssim_v4"),
