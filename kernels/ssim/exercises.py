@@ -251,3 +251,34 @@ register(
         },
     )
 )
+
+
+# --- ssim-ex-train-floor: the bytes and the floor of a training step --------------------------------
+
+
+def train_floor() -> dict:
+    from . import training
+
+    moved = sum(training.step_bytes(common.BENCH_SHAPE).values())
+    copy_gbps, _ = quantities.copy_gbps()
+    return {"megabytes": moved / 1e6, "floor_ms": moved / copy_gbps / 1e6}
+
+
+register(
+    Question(
+        label="ssim-ex-train-floor",
+        task="the megabytes a training step with stored derivative maps moves at 1x3x2160x3840, and its floor in ms "
+        "at the machine chapter's copy rate",
+        parts={
+            "megabytes": Part(
+                lambda: train_floor()["megabytes"],
+                "count the 4-byte planes each kernel reads and writes: two images, three maps, one gradient",
+            ),
+            "floor_ms": Part(
+                lambda: train_floor()["floor_ms"],
+                "bytes over the copy rate (GB/s is bytes per nanosecond)",
+                rtol=0.05,
+            ),
+        },
+    )
+)

@@ -11,7 +11,7 @@ from kernels.harness.exercise import attach  # first: the harness picks the simu
 
 from . import bench
 from .common import GAUSS, RADIUS, WINDOW
-from .exercises import pipeline_depth
+from .exercises import pipeline_depth, train_floor
 
 BX, BY = 16, 8  # small blocks: the simulator runs every thread as a Python thread
 
@@ -146,4 +146,15 @@ attach(
     "ssim-ex-beyond-unroll",
     solution={"fastest_unroll": 2, "ten_rows": "slower"},
     wrong={"the more unrolled the better": ({"fastest_unroll": 4, "ten_rows": "faster"}, "fastest_unroll: not yet")},
+)
+FLOOR = train_floor()
+attach(
+    "ssim-ex-train-floor",
+    solution={"megabytes": FLOOR["megabytes"], "floor_ms": FLOOR["floor_ms"]},
+    wrong={
+        "the forward's map counted, the images read once": (
+            {"megabytes": FLOOR["megabytes"] * 10 / 11, "floor_ms": FLOOR["floor_ms"] * 10 / 11},
+            "megabytes: not yet",
+        )
+    },
 )
