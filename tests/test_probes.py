@@ -4,6 +4,7 @@ reductions match float64. GPU-marked tests check the CUDA C++ probes' outputs on
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -631,3 +632,21 @@ def test_the_tail_step_is_read_from_the_sweep():
     assert exercises.first_step(sweep) == 5
     with pytest.raises(ValueError, match="never steps above"):
         exercises.first_step({b: {"time": 1.0} for b in (1, 2, 3)})
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda: report.verdicts(["PASS  a"]), TypeError, "checks: expected verdicts with a bool `ok`"),
+        (lambda: exercises.first_step({}), ValueError, "sweep: expected"),
+        (lambda: exercises.first_step({1: {"FMA per cycle": 1.0}}), ValueError, "sweep: expected"),
+        (lambda: exercises.threads_to_hide(0), ValueError, "chains_per_thread must be >= 1"),
+        (lambda: exercises.threads_to_hide(1.5), ValueError, "chains_per_thread must be an integer"),
+        (lambda: exercises.operand_cycles(""), TypeError, "text: expected an instruction"),
+        (lambda: exercises.operand_cycles("FFMA R0, R1, R2, R3", banks=0), ValueError, "banks must be >= 1"),
+        (lambda: exercises.float2_ways(0), ValueError, "stride must be >= 1"),
+    ],
+)
+def test_report_and_exercise_helpers_refuse_bad_input(call, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        call()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from kernels.harness import device, quantities, results, sass
+from kernels.harness.check import positive_int
 from kernels.harness.exercise import Part, Question, register
 
 from . import common, memory
@@ -38,6 +39,8 @@ def tail_sweep() -> dict[int, dict[str, float]]:
 
 def first_step(sweep: dict[int, dict[str, float]]) -> int:
     """The smallest block count whose time exceeds STEP times the one-block time."""
+    if not isinstance(sweep, dict) or not sweep or not all(isinstance(v, dict) and "time" in v for v in sweep.values()):
+        raise ValueError(f"sweep: expected {{blocks: {{'time': ms, ...}}}} with at least one row, got {sweep!r}")
     one = sweep[min(sweep)]["time"]
     steps = [b for b in sorted(sweep) if sweep[b]["time"] > STEP * one]
     if not steps:
@@ -95,6 +98,7 @@ def fma_latency_whole_cycles() -> int:
 
 def threads_to_hide(chains_per_thread: int) -> int:
     """Threads per SM whose independent FFMAs keep every scheduler issuing, one per cycle."""
+    positive_int(chains_per_thread, "chains_per_thread")
     warps_per_scheduler = math.ceil(fma_latency_whole_cycles() / chains_per_thread)
     return SCHEDULERS * warps_per_scheduler * WARP
 
@@ -128,6 +132,9 @@ REGBANK_FFMAS = ("FFMA R0, R0, R2, R3", "FFMA R5, R5, R2, 1e-08", "FFMA R4, R5, 
 def operand_cycles(text: str, banks: int = 2) -> int:
     """Cycles to collect the register operands of one instruction such as ``FFMA R0, R0, R2, R3``:
     each bank (register number mod ``banks``) delivers one distinct register per cycle; no reuse cache."""
+    if not isinstance(text, str) or not text.strip():
+        raise TypeError(f"text: expected an instruction such as 'FFMA R0, R0, R2, R3', got {text!r}")
+    positive_int(banks, "banks")
     opcode, _, operands = text.strip().partition(" ")
     reads = {r for _, r, _ in sass.register_reads(sass.Instruction(0, "", opcode, operands, ""))}
     per_bank = [sum(r % banks == b for r in reads) for b in range(banks)]
@@ -162,6 +169,7 @@ BANK_STRIDES = range(1, 34)  # the strides the bank-conflict probe sweeps
 def float2_ways(stride: int) -> int:
     """The most distinct 4-byte words one bank serves when lane l reads the 8-byte element l * stride:
     a warp's 64-bit access is served per half-warp, so each half of the warp counts on its own."""
+    positive_int(stride, "stride")
     ways = 1
     for half in (range(0, 16), range(16, 32)):
         words = {(2 * lane * stride + k) % memory.SMEM_WORDS for lane in half for k in (0, 1)}

@@ -8,6 +8,9 @@ def verdicts(checks, runs=()) -> str:
     """A small table of the checks (objects with ``ok`` whose ``str`` is the verdict line) and of the
     timing probes that ran (``(name, rows)`` pairs), then every failed check's verdict line."""
     checks = list(checks)
+    odd = [c for c in checks if not isinstance(getattr(c, "ok", None), bool)]
+    if odd:
+        raise TypeError(f"checks: expected verdicts with a bool `ok` (check.CheckResult), got {odd[0]!r}")
     failed = [c for c in checks if not c.ok]
     table = [("", "passed", "failed"), ("checks", str(len(checks) - len(failed)), str(len(failed)))]
     if runs:
