@@ -4,13 +4,14 @@ reductions match float64. GPU-marked tests check the CUDA C++ probes' outputs on
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
 
 from gpus import A100, H100, RTX_4090, T4
 from kernels.harness import cuda_cpp, device, results, sass
-from kernels.probes import batchnorm, common, compute, memcheck, memory, nchw, reduction
+from kernels.probes import batchnorm, common, compute, exercises, memcheck, memory, nchw, reduction, report
 
 SOURCES = sorted(p.name for p in common.HERE.glob("*.cu"))
 needs_sass = pytest.mark.skipif(not sass.available(), reason="no nvdisasm/cuobjdump (pip install nvidia-cuda-nvdisasm)")
@@ -562,7 +563,8 @@ def test_memcheck_script_runs_every_probe_and_its_checks_pass(capsys):
     out = capsys.readouterr().out
     names = [name for runs in memcheck.PARTS.values() for name, _ in runs()]
     checks = sum(name.startswith("check ") for name in names)
-    assert out.count("PASS") == checks and out.count("ran ") == len(names) - checks and "FAIL" not in out
+    assert out.rstrip().endswith(f"PASS  {checks} of {checks} checks") and "FAIL" not in out
+    assert f"timing probes run  {len(names) - checks}" in out
 
 
 @pytest.mark.gpu
@@ -573,3 +575,78 @@ def test_latency_probes_give_their_rows():
         (m + s, u) for m in metrics for s, u in (("", "cycles"), (" ns", "ns"))
     ]
     assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)
+
+
+# --- how the chapters print verdicts and the results table, and the exercises' arithmetic --------
+
+
+def test_verdicts_count_the_passes_and_show_only_the_failures():
+    ok = check_result("probe a", True)
+    bad = check_result("probe b", False)
+    text = report.verdicts([ok, ok, bad], runs=[("launch rate", 3), ("tail", 4)])
+    assert "PASS  probe a" not in text and str(bad) in text
+    assert text.splitlines()[1].split() == ["checks", "2", "1"]
+    assert text.splitlines()[2].split()[-2:] == ["2", "--"]
+    assert text.endswith("FAIL  2 of 3 checks")
+    assert report.verdicts([ok]).endswith("PASS  1 of 1 checks")
+
+
+def check_result(name, ok):
+    from kernels.harness.check import CheckResult
+
+    return CheckResult(name, ok, 0.0, 0.0, 0, 1e-6, None)
+
+
+def test_results_table_numbers_have_no_exponent():
+    assert [report.number(v) for v in (1980.4, 2340.0, 748.2, 5.674, 0.4991, None)] == [
+        "1980", "2340", "748", "5.67", "0.499", None
+    ]  # fmt: skip
+    with pytest.raises(TypeError, match="value: expected a number"):
+        report.number("1980")
+    stored = list(results.latest(common.CHAPTER, results.REFERENCE_GPU).values())
+    rows = report.table_rows(common.summary(stored, 132))
+    clock = next(r for r in rows if r["probe"] == "SM clock")
+    assert clock["ours"].isdigit() and clock["MI25"].isdigit()
+    assert not any("e+" in (r[c] or "") for r in rows for c in ("ours", "MI25"))
+
+
+@pytest.mark.parametrize("text", exercises.REGBANK_FFMAS)
+def test_operand_cycles_agree_with_the_sass_bank_rule(text):
+    opcode, _, operands = text.partition(" ")
+    insn = sass.Instruction(0, "", opcode, operands, "")
+    assert (exercises.operand_cycles(text) > 1) == sass.bank_conflict(insn)
+
+
+def test_operand_cycles_count_the_fuller_bank():
+    assert [exercises.operand_cycles(t) for t in exercises.REGBANK_FFMAS] == [2, 1, 3, 3]
+    assert exercises.operand_cycles("FFMA R1, RZ, R2, R2") == 1  # RZ is no register read; R2 read once
+
+
+def test_float2_strides_are_served_per_half_warp():
+    assert all(exercises.float2_ways(s) == 1 for s in range(1, 34, 2))
+    assert exercises.float2_ways(2) == 2 and exercises.float2_ways(16) == 16
+
+
+def test_the_tail_step_is_read_from_the_sweep():
+    sweep = {b: {"time": 1.0 if b <= 4 else 2.0, "FMA per cycle": float(min(b, 4))} for b in (1, 2, 4, 5, 8)}
+    assert exercises.first_step(sweep) == 5
+    with pytest.raises(ValueError, match="never steps above"):
+        exercises.first_step({b: {"time": 1.0} for b in (1, 2, 3)})
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda: report.verdicts(["PASS  a"]), TypeError, "checks: expected verdicts with a bool `ok`"),
+        (lambda: exercises.first_step({}), ValueError, "sweep: expected"),
+        (lambda: exercises.first_step({1: {"FMA per cycle": 1.0}}), ValueError, "sweep: expected"),
+        (lambda: exercises.threads_to_hide(0), ValueError, "chains_per_thread must be >= 1"),
+        (lambda: exercises.threads_to_hide(1.5), ValueError, "chains_per_thread must be an integer"),
+        (lambda: exercises.operand_cycles(""), TypeError, "text: expected an instruction"),
+        (lambda: exercises.operand_cycles("FFMA R0, R1, R2, R3", banks=0), ValueError, "banks must be >= 1"),
+        (lambda: exercises.float2_ways(0), ValueError, "stride must be >= 1"),
+    ],
+)
+def test_report_and_exercise_helpers_refuse_bad_input(call, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        call()

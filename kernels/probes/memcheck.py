@@ -5,12 +5,14 @@
 The kernels that compute a result are checked against their float64 or NumPy reference on poisoned
 outputs and odd sizes, one verdict each; the timing probes run with small sizes and one repetition
 (their numbers mean nothing under the sanitizer) and only have to run clean. Exits non-zero if a
-check fails.
+check fails. It prints a count of the verdicts and every failure in full (``report.verdicts``), not a
+line per pass.
 """
 
 import sys
 
 from ..harness import device
+from . import report
 
 
 def compute_runs():
@@ -79,16 +81,16 @@ def main(parts) -> int:
     if not device.on_gpu():
         print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
         return 1
-    failed = 0
+    checks, runs = [], []
     for part in parts or PARTS:
         for name, call in PARTS[part]():
             out = call()
             if isinstance(out, list):
-                print(f"ran   {name}: {len(out)} rows")
+                runs.append((name, len(out)))
             else:
-                failed += not out.ok
-                print(out)
-    return 1 if failed else 0
+                checks.append(out)
+    print(report.verdicts(checks, runs))
+    return 1 if any(not c.ok for c in checks) else 0
 
 
 if __name__ == "__main__":
