@@ -79,6 +79,25 @@ def test_launch_floor_scales_with_the_blocks_and_the_rate():
     assert lb.launch_floor_us(2**26 - 255, 200.0, 2000.0) == base  # a partial last block starts all 256
 
 
+def empty_rows(fixed_us, ns_per_block, grid, date=""):
+    return [
+        common.row("empty blocks", f"{g} x {lb.BLOCK} threads", "time", fixed_us + (g - 1) * ns_per_block / 1e3, "us")
+        | {"date": date}
+        for g in (grid, 1)
+    ]
+
+
+def test_block_cost_is_the_line_through_the_newest_run_of_empty_grids():
+    stores = [common.row("store one per thread", "4099 ints, 17 blocks of 256", "time", 9.0, "us")]
+    old, new = empty_rows(3.0, 0.5, 2**18, "2026-01-01"), empty_rows(2.0, 0.25, 2**16 + 1, "2026-02-01")
+    assert lb.block_cost(stores + old + new) == pytest.approx((2.0, 0.25))
+    assert lb.block_cost(old) == pytest.approx((3.0, 0.5))
+    with pytest.raises(ValueError, match="no 'empty blocks' time rows"):
+        lb.block_cost(stores)
+    with pytest.raises(ValueError, match=r"got grids \[1\]"):
+        lb.block_cost(old[1:])
+
+
 @pytest.mark.parametrize(
     "bad, error, match",
     [
@@ -177,3 +196,4 @@ def test_measure_gives_a_time_and_a_rate_per_variant_and_the_empty_grids():
     assert [(r["metric"], r["unit"]) for r in stores] == [("time", "us"), ("bandwidth", "GB/s")] * 3
     assert [(r["kernel"], r["blocks"]) for r in rows[-2:]] == [("empty blocks", 17), ("empty blocks", 1)]
     assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)
+    assert all(math.isfinite(v) for v in lb.block_cost(rows))  # rows straight from measure, no date

@@ -75,6 +75,20 @@ def launch_floor_us(n: int, threads_per_cycle: float, clock_mhz: float) -> float
     return blocks * BLOCK / rate / mhz
 
 
+def block_cost(rows) -> tuple[float, float]:
+    """(µs of one launch of one empty block, ns per further block) from the "empty blocks" rows of
+    ``measure`` (the newest run among stored rows): the line through its two empty grids."""
+    empty = [r for r in rows if r["kernel"] == "empty blocks" and r["metric"] == "time"]
+    if not empty:
+        raise ValueError("rows: no 'empty blocks' time rows (from launch_bound.measure)")
+    date = max(r.get("date", "") for r in empty)
+    times = {int(r["problem"].split(" x ")[0]): float(r["value"]) for r in empty if r.get("date", "") == date}
+    if 1 not in times or len(times) != 2:
+        raise ValueError(f"rows: expected the empty grid of 1 block and one larger grid, got grids {sorted(times)}")
+    grid = max(times)
+    return times[1], (times[grid] - times[1]) / (grid - 1) * 1e3
+
+
 def store(variant: str, buf, *, elems: int = 8, blocks: int | None = None):
     """Write buf[x] = x (int32, one dimension) with one variant; see ``plan`` for the options."""
     buf = require_array(buf, "buf", dtype=np.int32, ndim=1)
