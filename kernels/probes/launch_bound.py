@@ -6,7 +6,8 @@ written three ways, and the same grid with no work:
 - v1 "grid-stride" (store_v1_grid_stride.cu): a loop over a grid that just fills the GPU (SMs x the
   blocks of 256 one SM holds), each block started once;
 - v2 "unrolled" (store_v2_unrolled.cu): ``elems`` stores per thread, ceil(n / (256 elems)) blocks;
-- "empty blocks": launch.cu's empty kernel on v0's grid, the cost of starting those blocks alone.
+- "empty blocks": launch.cu's empty kernel on v0's grid, the cost of starting those blocks alone, and on
+  one block, the launch's fixed cost (``block_cost`` draws the line through the two).
 
 All three write the same bytes to the same addresses; only the number of blocks started differs. The
 prediction: if block launch bounds v0, the empty grid takes about as long as v0 (both near
