@@ -40,7 +40,7 @@ def compute_runs():
 
 def memory_runs():
     """(name, call) of the memory chapter, as ``compute_runs``."""
-    from . import batchnorm, memory, nchw, reduction
+    from . import batchnorm, launch_bound, memory, nchw, reduction
 
     versions = list(memory.PADDING_FILES)
     bn_cases = [("v0 three passes", 1), ("v1 two passes", 1)] + [
@@ -54,6 +54,10 @@ def memory_runs():
     ]
     runs += [(f"check {v}", lambda v=v: reduction.check_block_sums(v)) for v in reduction.variants()]
     runs += [("check NCHW", lambda: nchw.check_nchw((3, 5, 7, 9), block=64))]
+    runs += [
+        (f"check {launch_bound.describe(v, o)}", lambda v=v, o=o: launch_bound.check_store(v, 4099, **o))
+        for v, o in launch_bound.cases()
+    ]
     runs += [(f"check {v} {k}", lambda v=v, k=k: batchnorm.check_batchnorm(v, k, pixels=333)) for v, k in bn_cases]
     return runs + [
         ("clock", lambda: memory.run_clock(spin=2**20)),
@@ -66,6 +70,7 @@ def memory_runs():
         ("padding", lambda: memory.run_padding(versions, [1, 4], shape=(2, 8, 7, 7), repeat=1)),
         ("reduction", lambda: reduction.run_reduction(reduction.variants(), n=4099, repeat=1)),
         ("NCHW", lambda: nchw.run_nchw((2, 3, 5, 7), repeat=1)),
+        ("launch bound", lambda: launch_bound.measure(4099, elems=(2,), repeat=1)),
         ("channels", lambda: memory.run_channels([128, 4224], lines=64, repeat=1)),
         ("BatchNorm", lambda: batchnorm.run_batchnorm(bn_cases, pixels=333, repeat=1)),
     ]
