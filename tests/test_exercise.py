@@ -38,6 +38,7 @@ def test_each_chapter_with_exercises_is_discovered_under_its_notebook_labels():
     assert {"machine", "ssim", "conv"} <= set(exercise._chapters_with_exercises())
     assert {"machine-ex-saxpy", "ssim-ex-blur-x", "conv-ex-coalescing"} <= registered
     assert registered <= labels, f"registered without an {{exercise}} directive: {sorted(registered - labels)}"
+    assert labels <= registered, f"exercises the checker cannot grade: {sorted(labels - registered)}"
 
 
 @pytest.mark.parametrize("label", list(SOLUTIONS))
