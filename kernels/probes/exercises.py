@@ -1,9 +1,10 @@
 """Auto-checked exercises of the two probes chapters: what the checker needs to grade them.
 
-Each exercise's label is the one of its ``{exercise}`` directive in notebooks/04a_probes_compute.ipynb or
-notebooks/04b_probes_memory.ipynb. Every answer is a number or a set, computed when the student checks:
-from the exercise's own data (register and bank arithmetic) or from this GPU's stored run of the probes
-(the reference GPU's without one). The published answers and typical wrong ones are in solutions.py.
+Each exercise's label is the one of its ``{exercise}`` directive in notebooks/04a_probes_compute.ipynb,
+notebooks/04b_probes_memory.ipynb or a deep dive of theirs. Every answer is a number or a set, computed
+when the student checks: from the exercise's own data (register and bank arithmetic) or from this GPU's
+stored run of the probes (the reference GPU's without one). The published answers and typical wrong
+ones are in solutions.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from kernels.harness import device, quantities, results, sass
 from kernels.harness.check import positive_int
 from kernels.harness.exercise import Part, Question, register
 
-from . import common, memory
+from . import common, launch_bound, memory
 
 # --- probes-ex-wave: the tail step, read from the run's own sweep --------------------------------
 
@@ -217,6 +218,37 @@ register(
             "kb_per_sm": Part(
                 lambda: bytes_in_flight() / device.target_properties()["sms"] / 1e3,
                 "divide the whole GPU's bytes in flight by its number of SMs",
+                rtol=0.05,
+            ),
+        },
+    )
+)
+
+
+# --- probes-ex-launch: the blocks a one-int-per-thread stream starts, and the time to start them --
+
+LAUNCH_INTS = 2**26  # the memory chapter's store stream, one int per thread
+
+
+def launch_floor_us() -> float:
+    """The stream's grid at part I's stored launch rate (blocks of launch_bound.BLOCK threads) and SM clock."""
+    rate, _ = quantities.stored(common.CHAPTER, "launch", "threads per cycle", f"block {launch_bound.BLOCK}x1x1")
+    return launch_bound.launch_floor_us(LAUNCH_INTS, rate, quantities.sm_clock_mhz()[0])
+
+
+register(
+    Question(
+        label="probes-ex-launch",
+        task="the blocks that 2^26 ints, one per thread in blocks of 256, start, and the microseconds to start them",
+        parts={
+            "blocks": Part(
+                lambda: launch_bound.plan("one per thread", LAUNCH_INTS),
+                "one thread per int, and a block holds 256 threads",
+                rtol=0,
+            ),
+            "launch_us": Part(
+                launch_floor_us,
+                "threads over threads per cycle gives cycles; a clock in MHz counts cycles per microsecond",
                 rtol=0.05,
             ),
         },

@@ -93,3 +93,19 @@ attach(
         ),
     },
 )
+
+
+# --- probes-ex-launch -----------------------------------------------------------------------------
+
+_RATE = quantities.stored("probes", "launch", "threads per cycle", "block 256x1x1")[0]
+_LAUNCH_US = 2**26 / _RATE / quantities.sm_clock_mhz()[0]  # threads / (threads per cycle) / (cycles per µs)
+attach(
+    "probes-ex-launch",
+    {"blocks": 2**26 // 256, "launch_us": _LAUNCH_US},
+    {
+        "threads for blocks, and the clock in GHz": (
+            {"blocks": 2**26, "launch_us": _LAUNCH_US * 1e3},
+            "blocks: not yet",
+        ),
+    },
+)
