@@ -225,29 +225,34 @@ register(
 )
 
 
-# --- probes-ex-launch: the blocks a one-int-per-thread stream starts, and the time to start them --
+# --- probes-ex-launch: the blocks the padding kernel starts, and the time to start them -----------
 
-LAUNCH_INTS = 2**26  # the memory chapter's store stream, one int per thread
+PAD_SHAPE, PAD_P = (1024, 1024, 7, 7), 3  # the memory chapter's padding problem, at one channel per thread
 
 
-def launch_floor_us() -> float:
-    """The stream's grid at part I's stored launch rate (blocks of launch_bound.BLOCK threads) and SM clock."""
-    rate, _ = quantities.stored(common.CHAPTER, "launch", "threads per cycle", f"block {launch_bound.BLOCK}x1x1")
-    return launch_bound.launch_floor_us(LAUNCH_INTS, rate, quantities.sm_clock_mhz()[0])
+def pad_blocks() -> int:
+    """The blocks of the padding kernel at one channel per thread: one per output plane."""
+    return math.prod(memory.padding_plan("v2 constant", 1, PAD_SHAPE, PAD_P)[0])
+
+
+def pad_launch_us() -> float:
+    """Those blocks at part I's stored launch rate (blocks of PAD_BLOCK threads) and SM clock."""
+    rate, _ = quantities.stored(common.CHAPTER, "launch", "threads per cycle", f"block {memory.PAD_BLOCK}x1x1")
+    return launch_bound.launch_floor_us(pad_blocks() * memory.PAD_BLOCK, rate, quantities.sm_clock_mhz()[0])
 
 
 register(
     Question(
         label="probes-ex-launch",
-        task="the blocks that 2^26 ints, one per thread in blocks of 256, start, and the microseconds to start them",
+        task="the blocks the padding kernel starts at one channel per thread, and the time to start them",
         parts={
             "blocks": Part(
-                lambda: launch_bound.plan("one per thread", LAUNCH_INTS),
-                "one thread per int, and a block holds 256 threads",
+                pad_blocks,
+                "one block per output plane, whether or not all of its threads have a pixel",
                 rtol=0,
             ),
             "launch_us": Part(
-                launch_floor_us,
+                pad_launch_us,
                 "threads over threads per cycle gives cycles; a clock in MHz counts cycles per microsecond",
                 rtol=0.05,
             ),
