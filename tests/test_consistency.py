@@ -33,6 +33,9 @@ DISAGREE = {
     "SM clock (MHz)": "04a and 04b each glue the clock of their own run",
     "SM clock timed by the host (MHz)": "04a and 04b each glue the clock of their own run",
 }
+# The one notebook that runs each probe of a shared quantity; every other page glues the stored value
+# through kernels/harness/quantities.py, so that a later page cannot show a run of its own.
+MEASURED_BY = {"memory.run_clock": "04a_probes_compute"}
 # Words chosen from a comparison: (glue name, the comparison on the glued values, word if true, if false).
 WORDS = [
     ("host_word", lambda g: g["host_ms"] < g["event_ms"], "less", "more"),
@@ -77,6 +80,20 @@ def test_a_quantity_has_one_value_in_every_notebook(quantity):
     first = found[0][2]
     differ = [f"{nb}:{name} = {v:.6g}" for nb, name, v in found if v != pytest.approx(first, rel=1e-9)]
     assert not differ, f"{quantity}: {found[0][0]}:{found[0][1]} = {first:.6g}, but " + ", ".join(differ)
+
+
+def runs_of(probe: str) -> list[str]:
+    """The notebooks whose code calls ``probe``."""
+    return [
+        p.stem
+        for p in NOTEBOOKS
+        if any(c["cell_type"] == "code" and probe in "".join(c["source"]) for c in json.loads(p.read_text())["cells"])
+    ]
+
+
+@pytest.mark.parametrize("probe", MEASURED_BY)
+def test_a_shared_quantity_is_measured_by_one_notebook(probe):
+    assert runs_of(probe) == [MEASURED_BY[probe]], f"{probe} runs in {runs_of(probe)}: read the stored value elsewhere"
 
 
 def test_the_table_finds_quantities_shown_by_two_chapters():

@@ -22,6 +22,14 @@ def test_latencies_are_the_newest_stored_probe_rows():
     assert cycles == float(newest("probes", "math", "latency", "FFMA (baseline)")["value"])
 
 
+def test_clocks_are_the_newest_stored_clock_probe_rows():
+    mhz, gpu = quantities.sm_clock_mhz()
+    row = newest("probes", "clock", "sm clock")
+    assert (mhz, gpu) == (float(row["value"]), row["gpu"]) and 500 < mhz < 5000
+    host, _ = quantities.host_clock_mhz()
+    assert host == float(newest("probes", "clock", "sm clock, host timer")["value"]) and host != mhz
+
+
 def test_copy_rate_is_the_largest_buffer_of_the_newest_run():
     gbps, _ = quantities.copy_gbps()
     rows = [r for r in results.load("machine", results.REFERENCE_GPU) if r["kernel"] == "memcpy"]

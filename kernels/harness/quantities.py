@@ -1,5 +1,6 @@
 """Quantities that more than one chapter quotes, read here once from the stored runs, so that every page
-quoting one agrees with the others (the probes measure the latencies, the machine chapter the copy rate).
+quoting one agrees with the others (the probes measure the latencies and the SM clock, the machine chapter
+the copy rate).
 
 Each comes from this run's GPU where its rows exist, else from the reference GPU's, with the name of the
 GPU that measured it, so the prose can say where a number comes from.
@@ -35,6 +36,16 @@ def dram_latency_ns() -> tuple[float, str]:
 def fma_latency_cycles() -> tuple[float, str]:
     """One FP32 FMA's latency: a dependent chain's cycles per FMA (the compute probes' math table)."""
     return stored("probes", "math", "latency", "FFMA (baseline)")
+
+
+def sm_clock_mhz() -> tuple[float, str]:
+    """The SM clock the compute probes measured (clock64() cycles over %globaltimer in a long spin), in MHz."""
+    return stored("probes", "clock", "sm clock")
+
+
+def host_clock_mhz() -> tuple[float, str]:
+    """The same spin's cycles over the host's clock around the launch (the check of the GPU's timer), in MHz."""
+    return stored("probes", "clock", "sm clock, host timer")
 
 
 def copy_gbps() -> tuple[float, str]:

@@ -1,9 +1,10 @@
 """Auto-checked exercises of the two probes chapters: what the checker needs to grade them.
 
-Each exercise's label is the one of its ``{exercise}`` directive in notebooks/04a_probes_compute.ipynb or
-notebooks/04b_probes_memory.ipynb. Every answer is a number or a set, computed when the student checks:
-from the exercise's own data (register and bank arithmetic) or from this GPU's stored run of the probes
-(the reference GPU's without one). The published answers and typical wrong ones are in solutions.py.
+Each exercise's label is the one of its ``{exercise}`` directive in notebooks/04a_probes_compute.ipynb,
+notebooks/04b_probes_memory.ipynb or a deep dive of theirs. Every answer is a number or a set, computed
+when the student checks: from the exercise's own data (register and bank arithmetic) or from this GPU's
+stored run of the probes (the reference GPU's without one). The published answers and typical wrong
+ones are in solutions.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from kernels.harness import device, quantities, results, sass
 from kernels.harness.check import positive_int
 from kernels.harness.exercise import Part, Question, register
 
-from . import common, memory
+from . import common, launch_bound, memory
 
 # --- probes-ex-wave: the tail step, read from the run's own sweep --------------------------------
 
@@ -217,6 +218,42 @@ register(
             "kb_per_sm": Part(
                 lambda: bytes_in_flight() / device.target_properties()["sms"] / 1e3,
                 "divide the whole GPU's bytes in flight by its number of SMs",
+                rtol=0.05,
+            ),
+        },
+    )
+)
+
+
+# --- probes-ex-launch: the blocks the padding kernel starts, and the time to start them -----------
+
+PAD_SHAPE, PAD_P = (1024, 1024, 7, 7), 3  # the memory chapter's padding problem, at one channel per thread
+
+
+def pad_blocks() -> int:
+    """The blocks of the padding kernel at one channel per thread: one per output plane."""
+    return math.prod(memory.padding_plan("v2 constant", 1, PAD_SHAPE, PAD_P)[0])
+
+
+def pad_launch_us() -> float:
+    """Those blocks at part I's stored launch rate (blocks of PAD_BLOCK threads) and SM clock."""
+    rate, _ = quantities.stored(common.CHAPTER, "launch", "threads per cycle", f"block {memory.PAD_BLOCK}x1x1")
+    return launch_bound.launch_floor_us(pad_blocks() * memory.PAD_BLOCK, rate, quantities.sm_clock_mhz()[0])
+
+
+register(
+    Question(
+        label="probes-ex-launch",
+        task="the blocks the padding kernel starts at one channel per thread, and the time to start them",
+        parts={
+            "blocks": Part(
+                pad_blocks,
+                "one block per output plane, whether or not all of its threads have a pixel",
+                rtol=0,
+            ),
+            "launch_us": Part(
+                pad_launch_us,
+                "threads over threads per cycle gives cycles; a clock in MHz counts cycles per microsecond",
                 rtol=0.05,
             ),
         },

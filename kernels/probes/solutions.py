@@ -93,3 +93,20 @@ attach(
         ),
     },
 )
+
+
+# --- probes-ex-launch -----------------------------------------------------------------------------
+
+_RATE = quantities.stored("probes", "launch", "threads per cycle", "block 256x1x1")[0]
+_PAD_BLOCKS = 1024 * 1024  # one block per (image, channel) plane: 13 x 13 = 169 pixels fit in 256 threads
+_PAD_US = _PAD_BLOCKS * 256 / _RATE / quantities.sm_clock_mhz()[0]  # threads / (threads per cycle) / (cycles per µs)
+attach(
+    "probes-ex-launch",
+    {"blocks": _PAD_BLOCKS, "launch_us": _PAD_US},
+    {
+        "a block per pixel, and the clock in GHz": (
+            {"blocks": _PAD_BLOCKS * 169, "launch_us": _PAD_US * 1e3},
+            "blocks: not yet",
+        ),
+    },
+)
