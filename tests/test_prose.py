@@ -135,11 +135,19 @@ SOURCES = sorted(
 )
 
 
+def code_lines(path: Path) -> list[str]:
+    """A source file's lines, or the lines of a notebook's code cells."""
+    if path.suffix != ".ipynb":
+        return path.read_text().splitlines()
+    cells = json.loads(path.read_text())["cells"]
+    return [line for c in cells if c["cell_type"] == "code" for line in "".join(c["source"]).splitlines()]
+
+
 def test_sources_type_no_time_or_rate():
     found = [
         f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
-        for p in SOURCES
-        for i, line in enumerate(p.read_text().splitlines(), 1)
+        for p in SOURCES + NOTEBOOKS
+        for i, line in enumerate(code_lines(p), 1)
         if SOURCE_MEASUREMENT.search(line)
     ]
     assert SOURCES and not found, "a source states a measured time or rate; the notebook measures it:\n" + "\n".join(
