@@ -59,7 +59,7 @@ CORE_WORDS = 3500
 DEEP = "_deep_"
 CHAPTERS = [p for p in NOTEBOOKS if DEEP not in p.stem]
 # Chapters still longer than CORE_WORDS: strict, so a chapter leaves this set the moment it is short enough.
-LONG = {"02b_ssim_beyond", "03_conv", "04a_probes_compute", "04b_probes_memory", "05_implicit_gemm"}
+LONG = {"02b_ssim_beyond", "04a_probes_compute", "04b_probes_memory", "05_implicit_gemm"}
 
 
 def core_words(text: str) -> int:

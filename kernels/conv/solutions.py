@@ -172,23 +172,23 @@ attach(
 )
 
 
-def _tap_kb(p, blocks=3, unit=1e3):
+def _sweep_kb(p, blocks=3, unit=1e3):
     return blocks * p.c * (_DB_BM + _DB_BN) * 4 / unit
 
 
 attach(
     "conv-ex-l1",
     {
-        "conv1_kb": _tap_kb(CONV1),
-        "conv2_kb": _tap_kb(CONV2),
+        "conv1_kb": _sweep_kb(CONV1),
+        "conv2_kb": _sweep_kb(CONV2),
         "reuse": model.tap_reuse(CONV1, _DB_BM),
         "hit": model.tap_reuse(CONV1, _DB_BM) * _DB_BM / (_DB_BM + _DB_BN),
     },
     {
         "one block, in KiB": (
             {
-                "conv1_kb": _tap_kb(CONV1, 1, 1024),
-                "conv2_kb": _tap_kb(CONV2, 1, 1024),
+                "conv1_kb": _sweep_kb(CONV1, 1, 1024),
+                "conv2_kb": _sweep_kb(CONV2, 1, 1024),
                 "reuse": model.tap_reuse(CONV1, _DB_BM),
                 "hit": model.tap_reuse(CONV1, _DB_BM),
             },

@@ -8,13 +8,18 @@ read them in both modes, so that each runs on its own with the numbers of the ch
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..harness import ceilings, device, perfmodel, results
+from ..harness.glue import glue
 from . import common, cuda_stages, model, s9_autotune, stages
 
 PROBLEMS = ("conv1", "conv2")
+TOLERANCE = 0.15  # the book's goal for the model: how far a prediction may miss the measured rate
 # ncu's kernel names of the stages: Numba's add a module prefix and a mangled suffix
 KERNEL_FN = {
     "NAIVE": "conv_naive",
@@ -210,3 +215,110 @@ def predict_all(timed, w, lat, props, gpu_rates: dict, ncu_counts: dict, stored:
                 if (name, pname, metric) in stored:
                     into[key] = float(stored[(name, pname, metric)]["value"])
     return out
+
+
+# --- the numbers the chapter's pages quote ------------------------------------------------------------
+
+# glue names: one short name per stage
+SLUG = {
+    "SEQ": "seq",
+    "NAIVE": "naive",
+    "COALESCING": "coal",
+    "BLOCK TILING": "block",
+    "SHARED": "shared",
+    "VECTORIZE & UNROLL": "vec",
+    "REGISTER TILING": "reg",
+    "DOUBLE BUFFER": "db",
+    "SPLIT-K": "splitk",
+    "HALO TILE": "halo",
+    "AUTOTUNE": "auto",
+    "cuDNN": "cudnn",
+    "cuDNN NHWC": "cudnn_nhwc",
+    "cuDNN NCHW": "cudnn_nchw",
+}
+
+
+def glue_ncu(ncu: Ncu) -> None:
+    """Glue what the pages quote of the ncu run: L1 hit rates, the issue share, the pipes and the stalls."""
+    for (name, pname), hit in ncu.l1_hit.items():
+        glue(f"{SLUG[name]}_{pname}_ncu_l1_pct", 100 * hit)
+    for (name, pname), pipes in ncu.pipes.items():
+        for label, short in (
+            ("issue %", "issue_pct"),
+            ("ALU %", "alu_pct"),
+            ("FMA-heavy %", "fmaheavy_pct"),
+            ("LSU", "lsu_g"),
+            ("ADU", "adu_g"),
+        ):
+            if label in pipes:
+                glue(f"{SLUG[name]}_{pname}_{short}", pipes[label] / 1e9 if label in ("LSU", "ADU") else pipes[label])
+    for (name, pname), stalls in ncu.stalls.items():
+        for label, v in stalls.items():
+            glue(f"{SLUG[name]}_{pname}_stall_" + re.sub(r"[^A-Za-z0-9]+", "_", label), v)
+    for (name, pname), c in ncu.counts.items():
+        glue(f"{SLUG[name]}_{pname}_ldst_pct", 100 * c.ldst / c.total)  # memory instructions among all
+    for (name, pname), blocks in ncu.busiest.items():
+        glue(f"{SLUG[name]}_{pname}_ncu_busiest", blocks)
+
+
+def glue_run(run: Run, pred: Predictions, slug: str) -> None:
+    """Glue what the pages quote of the run: every stage's rate, prediction and their ratio, the model's
+    terms, the problems' sizes; the SEQ and SPLIT-K spreads over every run stored for ``slug``."""
+    glue("timed_gpu", run.gpu)
+    glue("sms", run.props["sms"])
+    glue("fma_ceiling_tflops", run.ceil.fma_gflops / 1e3)
+    glue("copy_tbps", run.ceil.copy_gbps / 1e3)
+    glue("w_ldst", run.w.ldst)
+    for (name, pname), v in run.measured.items():
+        if name in SLUG and pname in PROBLEMS:
+            glue(f"{SLUG[name]}_{pname}_tflops", v / 1e3)
+            glue(f"{SLUG[name]}_{pname}_ms", common.PROBLEMS[pname].flops / v / 1e6)
+    for (name, pname), v in pred.gflops.items():
+        glue(f"{SLUG[name]}_{pname}_pred_tflops", v / 1e3)
+        glue(f"{SLUG[name]}_{pname}_ratio", run.measured[(name, pname)] / v)
+    for (name, pname), sp in pred.model_of.items():
+        glue(f"{SLUG[name]}_{pname}_E", sp.prediction.efficiency)
+        glue(f"{SLUG[name]}_{pname}_wps", pred.warps_per_scheduler[(name, pname)])
+        glue(f"{SLUG[name]}_{pname}_resident", sp.waves.resident)
+        glue(f"{SLUG[name]}_{pname}_blocks", sp.waves.blocks)
+        glue(f"{SLUG[name]}_{pname}_l1_hit", sp.l1_hit)
+        if pred.latency_eta[(name, pname)] is not None:
+            glue(f"{SLUG[name]}_{pname}_eta_loss_pct", 100 * (1 - pred.latency_eta[(name, pname)]))
+    for pname in PROBLEMS:
+        if ("NAIVE", pname) in pred.gflops and ("COALESCING", pname) in pred.gflops:
+            glue(f"coal_over_naive_pred_{pname}", pred.gflops[("COALESCING", pname)] / pred.gflops[("NAIVE", pname)])
+    if ("HALO TILE", "conv2") in pred.model_of:
+        glue("halo_conv2_idle_sms", max(0, run.props["sms"] - pred.model_of[("HALO TILE", "conv2")].waves.blocks))
+    for pname in PROBLEMS:
+        p = common.PROBLEMS[pname]
+        glue(f"{pname}_xf_mb", 4 * (p.n * p.h * p.w * p.c + 9 * p.c * p.k) / 1e6)  # input and filter, FP32
+        glue(f"{pname}_y_mb", 4 * p.n * p.h * p.w * p.k / 1e6)
+        glue(f"{pname}_f_mb", 4 * 9 * p.c * p.k / 1e6)
+        glue(f"{pname}_y_ms", 4 * p.n * p.h * p.w * p.k / (run.ceil.copy_gbps * 1e6))  # y once at the copy bandwidth
+        # what an SM's blocks of DOUBLE BUFFER load between two taps: a tap's sweep over all C channels
+        glue(f"{pname}_tap_kb", 3 * p.c * (128 + 64) * 4 / 1e3)
+    c1 = common.PROBLEMS["conv1"]
+    if ("HALO TILE", "conv1") in run.measured:
+        glue(
+            "halo_conv1_epilogue_pct",
+            100
+            * (4 * c1.n * c1.h * c1.w * c1.k / (run.ceil.copy_gbps * 1e6))
+            / (c1.flops / run.measured[("HALO TILE", "conv1")] / 1e6),
+        )
+    glue("splitk_conv1_epilogue_gb", model.epilogue_bytes("SPLIT-K", c1) / 1e9)
+    rows = results.load("conv", slug)
+    # SEQ runs on the host CPU, whose speed differs from run to run: the range over every stored run
+    seq_runs = [float(r["value"]) for r in rows if r["kernel"] == "SEQ" and r["metric"] == "gflops"]
+    if seq_runs:
+        glue("seq_min_gflops", min(seq_runs))
+        glue("seq_max_gflops", max(seq_runs))
+        glue("seq_runs", len(seq_runs) // 2)
+    # SPLIT-K on conv2, whose last wave lands differently from run to run: its time over every stored run
+    split_ms = [
+        common.PROBLEMS["conv2"].flops / float(r["value"]) / 1e6
+        for r in rows
+        if r["kernel"] == "SPLIT-K" and r["problem"] == "conv2" and r["metric"] == "gflops"
+    ]
+    if split_ms:
+        glue("splitk_conv2_runs", len(split_ms))
+        glue("splitk_conv2_spread_pct", 100 * max(abs(v / np.median(split_ms) - 1) for v in split_ms))
