@@ -51,7 +51,7 @@ def test_published_solution_passes(label, rng):
 def access_only(ex, report) -> bool:
     """On a GPU the access recorder does not run, and shared memory is not filled with NaN: a kernel whose mistake
     is its access pattern, a race or an unset shared slot can compute the right values there by luck."""
-    return device.on_gpu() and report.ok and ex.label.startswith("basics-")
+    return device.on_gpu() and report.ok and bool(getattr(ex, "expect", ()))
 
 
 @pytest.mark.parametrize("label,name", WRONG)

@@ -61,8 +61,6 @@ def prose_lines(text: str) -> str:
 CORE_WORDS = 3500
 DEEP = "_deep_"
 CHAPTERS = [p for p in NOTEBOOKS if DEEP not in p.stem]
-# Chapters still longer than CORE_WORDS: strict, so a chapter leaves this set the moment it is short enough.
-LONG = {"03_conv"}
 
 
 def core_words(text: str) -> int:
@@ -110,9 +108,7 @@ def test_core_words_count_prose_not_code_exercises_or_options():
     assert core_words(text) == 7
 
 
-@pytest.mark.parametrize(
-    "path", [pytest.param(p, marks=pytest.mark.xfail(strict=True)) if p.stem in LONG else p for p in CHAPTERS]
-)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_core_path_is_short(path):
     words = core_words(markdown(path))
     assert words <= CORE_WORDS, f"{path.name}: {words} words on the core path; move deep material to a deep-dive page"

@@ -1,0 +1,45 @@
+"""The convolution chapter's stored run, read back for its deep-dive pages and exercises."""
+
+import pytest
+
+from kernels.conv import stored_run
+from kernels.harness import device, results
+
+
+@pytest.fixture(scope="module")
+def run():
+    return stored_run.load(results.REFERENCE_GPU)
+
+
+def test_load_reads_the_reference_gpus_rates_times_and_autotune_candidates(run):
+    assert run.gpu and run.ceil.fma_gflops > 0 and 0 < run.w.ldst and 0 < run.lat.shared < run.lat.global_
+    assert {("HALO TILE", "conv1"), ("SEQ", "conv2"), ("cuDNN", "conv1")} <= set(run.measured)
+    assert set(run.tune_all) == {"conv1", "conv2"} and all(len(c) > 1 for c in run.tune_all.values())
+    best = min(run.tune_all["conv2"], key=lambda r: r["ms"])
+    assert run.tuned["conv2"] == {k: best[k] for k in ("BM", "BN", "BKC", "SPLIT")}
+    assert ("AUTOTUNE", "conv2", run.tuned["conv2"]) in run.timed
+    assert not {name for name, _, _ in run.timed} & {"SEQ", "cuDNN"}
+
+
+def test_load_names_a_gpu_without_stored_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "REPOSITORY", tmp_path)
+    with pytest.raises(LookupError, match="no stored conv rates for no-such-gpu"):
+        stored_run.load("no-such-gpu")
+
+
+def test_read_ncu_per_stage_and_empty_without_files(tmp_path):
+    ncu = stored_run.read_ncu(stored_run.ncu_folder(results.REFERENCE_GPU))
+    assert ("SHARED", "conv1") in ncu.counts and 0 <= ncu.l1_hit[("COALESCING", "conv2")] <= 1
+    assert "memory latency" in ncu.stalls[("COALESCING", "conv2")]
+    assert stored_run.read_ncu(tmp_path) == stored_run.Ncu()
+
+
+def test_predict_all_falls_back_to_the_stored_predictions_where_sass_is_missing(run):
+    timed = [("NAIVE", "conv1", None), ("VECTORIZE & UNROLL", "conv2", None)]
+    pred = stored_run.predict_all(timed, run.w, run.lat, run.props, run.gpu_rates, {}, run.stored)
+    assert set(pred.gflops) == {("NAIVE", "conv1"), ("VECTORIZE & UNROLL", "conv2")}
+    assert ("VECTORIZE & UNROLL", "conv2") in pred.model_of, "NVRTC compiles the CUDA C++ stages anywhere"
+    if not device.on_gpu():  # the simulator cannot compile Numba's kernels: the stored prediction stands in
+        assert pred.gflops[("NAIVE", "conv1")] == run.value("NAIVE", "predicted_gflops", "conv1")
+    assert 0 < pred.gflops[("VECTORIZE & UNROLL", "conv2")] < run.ceil.fma_gflops
