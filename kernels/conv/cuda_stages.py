@@ -13,22 +13,14 @@ from functools import cache
 import numpy as np
 
 from ..harness import cuda_cpp, device
+from . import registry
 from .common import Problem, Stage
 
-FILES = {
-    "VECTORIZE & UNROLL": ("conv/s5_vectorize_unroll.cu", "conv_vectorize_unroll"),
-    "REGISTER TILING": ("conv/s6_register_tiling.cu", "conv_register_tiling"),
-    "DOUBLE BUFFER": ("conv/s7_double_buffer.cu", "conv_double_buffer"),
-    "SPLIT-K": ("conv/s8_split_k.cu", "conv_split_k"),
-    "HALO TILE": ("conv/s10_halo_tile.cu", "conv_halo_tile"),
-}
-DEFAULTS = {
-    "VECTORIZE & UNROLL": dict(BY=8, BN=32, TM=8, BKC=16),
-    "REGISTER TILING": dict(BM=128, BN=64, BKC=8),
-    "DOUBLE BUFFER": dict(BM=128, BN=64, BKC=8),
-    "SPLIT-K": dict(BM=128, BN=64, BKC=8, SPLIT=3),
-    "HALO TILE": dict(TH=16, TW=16, BN=64, BKC=16),
-}
+# Views of the registry's CUDA C++ stages (those with a .cu file), in its order.
+CUDA = tuple(s for s in registry.REGISTRY if s.file.endswith(".cu"))
+FILES = {s.name: (s.file, s.kernel) for s in CUDA}
+DEFAULTS = {s.name: s.tile for s in CUDA}
+MIN_CC = {s.name: s.min_cc for s in CUDA if s.min_cc}
 RUNTIME_KEYS = ("SPLIT",)  # tile keys that change the launch, not the compiled code
 
 
@@ -37,35 +29,21 @@ def options(tile: dict) -> tuple:
 
 
 SMEM_PER_BLOCK = 227 * 1024  # the most shared memory one block may opt in to on sm_90 (sm_80: 163 KB)
-MIN_CC = {"HALO TILE": 80}  # cp.async, from sm_80 on
 
 
 def dynamic_smem_bytes(name: str, tile: dict) -> int:
-    """Dynamic shared memory of one block (HALO TILE only): two buffers of the input halo, each row
-    padded by 4 floats, and of the 9-tap filter chunk -- the constants of s10_halo_tile.cu."""
-    if name != "HALO TILE":
-        return 0
-    a = (tile["TH"] + 2) * ((tile["TW"] + 2) * tile["BKC"] + 4)
-    return 2 * 4 * (a + 9 * tile["BKC"] * tile["BN"])
+    """Dynamic shared memory of one block (``registry.StageSpec.dynamic_smem_bytes``); AUTOTUNE's is SPLIT-K's."""
+    return registry.launched(name).dynamic_smem_bytes(tile)
 
 
 def tile_shape(name: str, tile: dict) -> tuple[int, int]:
     """(pixels, output channels) one block computes."""
-    if name == "HALO TILE":
-        return tile["TH"] * tile["TW"], tile["BN"]
-    if name == "VECTORIZE & UNROLL":
-        return tile["BY"] * tile["TM"], tile["BN"]
-    return tile["BM"], tile["BN"]
+    return registry.launched(name).tile_shape(tile)
 
 
 def geometry(name: str, tile: dict, p: Problem) -> tuple[tuple, tuple]:
     """(grid, block) for problem ``p``: blocks tile pixels in x and output channels in y."""
-    bm, bn = tile_shape(name, tile)
-    if name == "HALO TILE":
-        tiles = p.n * -(-p.h // tile["TH"]) * -(-p.w // tile["TW"])
-        return (tiles, -(-p.k // bn), 1), (bn // 8 * bm // 8, 1, 1)
-    block = (bn, tile["BY"], 1) if name == "VECTORIZE & UNROLL" else (bn // 8, bm // 8, 1)  # else 8 x 8 per thread
-    return ((p.pixels + bm - 1) // bm, (p.k + bn - 1) // bn, tile.get("SPLIT", 1)), block
+    return registry.launched(name).geometry(tile, p)
 
 
 def check_name(name: str) -> None:
@@ -76,36 +54,24 @@ def check_name(name: str) -> None:
 def check_tile(name: str, tile: dict) -> None:
     """Reject tile sizes the kernel's static layout cannot hold, before the compiler does."""
     check_name(name)
+    spec = registry.get(name)
     if not isinstance(tile, dict):
-        raise TypeError(f"{name}: tile must be a dict such as {DEFAULTS[name]}, got {type(tile).__name__}")
-    if set(tile) != set(DEFAULTS[name]):
-        raise ValueError(f"{name}: tile must set exactly {sorted(DEFAULTS[name])}, got {sorted(tile)}")
+        raise TypeError(f"{name}: tile must be a dict such as {spec.tile}, got {type(tile).__name__}")
+    if set(tile) != set(spec.tile):
+        raise ValueError(f"{name}: tile must set exactly {sorted(spec.tile)}, got {sorted(tile)}")
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in tile.values()):
         raise ValueError(f"{name}: tile sizes must be positive integers, got {tile}")
     if tile.get("SPLIT", 1) > 64:  # the project's cap; the grid's z extent would allow 65535
         raise ValueError(f"{name}: SPLIT must be at most 64, got {tile['SPLIT']}")
-    if name == "HALO TILE":
-        if tile["TW"] % 8:
-            raise ValueError(f"{name}: TW must be a multiple of 8 (a thread owns 8 columns), got {tile}")
-        if dynamic_smem_bytes(name, tile) > SMEM_PER_BLOCK:
-            raise ValueError(
-                f"{name}: the tile needs {dynamic_smem_bytes(name, tile)} bytes of shared memory, "
-                f"more than the {SMEM_PER_BLOCK} one block may use: {tile}"
-            )
-    if tile["BKC"] % 4 or tile["BN"] % (4 if name == "VECTORIZE & UNROLL" else 16):
+    for key, multiple in spec.multiples.items():
+        if tile[key] % multiple:
+            raise ValueError(f"{name}: {key} must be a multiple of {multiple}, got {tile}")
+    if spec.dynamic_smem_bytes(tile) > SMEM_PER_BLOCK:
         raise ValueError(
-            f"{name}: BKC must be a multiple of 4 and BN of {4 if name == 'VECTORIZE & UNROLL' else 16}, got {tile}"
+            f"{name}: the tile needs {spec.dynamic_smem_bytes(tile)} bytes of shared memory, "
+            f"more than the {SMEM_PER_BLOCK} one block may use: {tile}"
         )
-    if name == "VECTORIZE & UNROLL":
-        threads = tile["BY"] * tile["BN"]
-        if tile["TM"] % 4:
-            raise ValueError(f"{name}: TM must be a multiple of 4, got {tile['TM']}")
-    elif name == "HALO TILE":
-        threads = tile["BN"] // 8 * tile["TH"] * tile["TW"] // 8
-    else:
-        if tile["BM"] % 16:
-            raise ValueError(f"{name}: BM must be a multiple of 16, got {tile['BM']}")
-        threads = tile["BM"] // 8 * tile["BN"] // 8
+    threads = spec.threads(tile)
     if not 32 <= threads <= 1024:
         raise ValueError(f"{name}: {threads} threads per block; the tile must give 32 to 1024")
 
@@ -113,10 +79,11 @@ def check_tile(name: str, tile: dict) -> None:
 def unsupported(name: str, tile: dict, props: dict) -> str | None:
     """Why the GPU ``props`` describes (device.properties() keys) cannot run stage ``name`` with ``tile``:
     an instruction its architecture lacks, or more shared memory than one block may have; None if it can."""
+    spec = registry.get(name)
     cc = int(props["cc"])
-    if cc < MIN_CC.get(name, 0):
-        return f"{name} needs sm_{MIN_CC[name]} or newer (cp.async); this GPU is sm_{cc}"
-    smem = dynamic_smem_bytes(name, tile)
+    if cc < spec.min_cc:
+        return f"{name} needs sm_{spec.min_cc} or newer ({spec.min_cc_for}); this GPU is sm_{cc}"
+    smem = spec.dynamic_smem_bytes(tile)
     if smem > props["smem_per_block_optin_bytes"]:
         return (
             f"{name} with tile {tile} needs {smem / 1024:.0f} KB of shared memory per block; this GPU "
@@ -148,14 +115,15 @@ def stage(name: str, tile: dict | None = None) -> Stage:
     check_tile(name, tile)
     tile = dict(tile)  # a copy: the launch must not see later changes to the caller's dict
     opts = options(tile)
-    smem = dynamic_smem_bytes(name, tile)
+    spec = registry.get(name)
+    smem = spec.dynamic_smem_bytes(tile)
 
     def launch(x, f, y, p):
         if why := unsupported(name, tile, device.properties()):
             raise RuntimeError(why)  # rather than the compiler's or the driver's error
         import cupy
 
-        grid, block = geometry(name, tile, p)
+        grid, block = spec.geometry(tile, p)
         # CuPy views, not copies, of any device array: the launch takes only CuPy's (validate accepts Numba's too)
         x, f, y = (cupy.asarray(a) for a in (x, f, y))
         if grid[2] > 1:  # the slices add into y
@@ -164,11 +132,9 @@ def stage(name: str, tile: dict | None = None) -> Stage:
             grid, block, (x, f, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k))), shared_mem=smem
         )
 
-    return Stage(name, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options=tile)
+    vector = spec.vector
+    return Stage(name, spec.layout, launch, c_multiple=vector, k_multiple=vector, needs_gpu=True, options=tile)
 
 
-S5 = stage("VECTORIZE & UNROLL")
-S6 = stage("REGISTER TILING")
-S7 = stage("DOUBLE BUFFER")
-S8 = stage("SPLIT-K")
-S10 = stage("HALO TILE")
+STAGES = {name: stage(name) for name in FILES}  # with their default tiles
+S5, S6, S7, S8, S10 = STAGES.values()

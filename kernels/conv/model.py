@@ -21,15 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from ..harness import cuda_cpp, device, perfmodel, sass
-from . import cuda_stages, s1_naive, s2_coalescing, s3_block_tiling, s4_shared
+from . import cuda_stages, registry
 from .common import Problem
 
-NUMBA_KERNELS = {  # stage -> (module, kernel attribute; None: built by make_kernel(**GPU_TILE))
-    "NAIVE": ("s1_naive", "conv_naive"),
-    "COALESCING": ("s2_coalescing", "conv_coalescing"),
-    "BLOCK TILING": ("s3_block_tiling", "conv_block_tiling"),
-    "SHARED": ("s4_shared", None),
-}
+# The model's functions take a stage's name (or its registry.StageSpec) and read the facts they need from
+# the record of the kernel it launches (registry.launched: AUTOTUNE's is SPLIT-K's).
 
 
 # Nsight Compute metrics the chapter records beside perfmodel.NCU_METRICS (scripts/conv_counts.py --ncu) and
@@ -70,22 +66,36 @@ def _ptxas() -> str:
     return path
 
 
-def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:
+def _gpu_kernel(stage: str | registry.StageSpec) -> registry.StageSpec:
+    """The record of the GPU kernel ``stage`` launches; SEQ, on the CPU, has none."""
+    spec = registry.launched(stage)
+    if not spec.gpu:
+        raise ValueError(f"stage {spec.name} runs on the CPU: it has no GPU kernel to model")
+    return spec
+
+
+def numba_kernel(stage: str | registry.StageSpec) -> tuple[Callable, str]:
+    """(Python function, Numba signature) of a Numba stage's kernel, as the book times it."""
+    spec = _gpu_kernel(stage)
+    if spec.language != "numba":
+        raise ValueError(f"stage {spec.name} is {spec.language}, not Numba: cuda_stages.compile_info compiles it")
+    # a stage with a tile builds its kernel per tile
+    kernel = spec.module.make_kernel(**spec.tile) if spec.tile else getattr(spec.module, spec.kernel)
+    y = "float32[:,::1]" if spec.y_matrix else "float32[:,:,:,::1]"
+    return kernel.py_func, f"(float32[:,:,:,::1], float32[:,:,:,::1], {y})"
+
+
+def numba_cubin(stage: str | registry.StageSpec, arch: str | None = None) -> tuple[bytes, str]:
     """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` (``device.target_arch()``) outside the
     simulator."""
+    func, signature = numba_kernel(stage)
     arch = arch or device.target_arch()
     if device.MODE == device.SIM:
         raise RuntimeError("Numba's PTX needs the real numba.cuda; the simulator cannot compile kernels")
-    import importlib
-
     from numba import cuda
 
-    module_name, attr = NUMBA_KERNELS[stage]
-    module = importlib.import_module(f"kernels.conv.{module_name}")
-    kernel = getattr(module, attr) if attr else module.make_kernel(**module.GPU_TILE)
-    y = "float32[:,::1]" if stage == "SHARED" else "float32[:,:,:,::1]"
     cc = (int(arch[3:-1]), int(arch[-1]))
-    ptx, _ = cuda.compile_ptx(kernel.py_func, f"(float32[:,:,:,::1], float32[:,:,:,::1], {y})", cc=cc)
+    ptx, _ = cuda.compile_ptx(func, signature, cc=cc)
     with tempfile.TemporaryDirectory() as d:
         Path(d, "k.ptx").write_text(ptx)
         out = subprocess.run(
@@ -97,70 +107,71 @@ def numba_cubin(stage: str, arch: str | None = None) -> tuple[bytes, str]:
         return Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
 
 
-def cuda_stage(stage: str) -> str:
-    """The CUDA C++ stage whose kernel ``stage`` launches: AUTOTUNE runs SPLIT-K with the tile it chose."""
-    return "SPLIT-K" if stage == "AUTOTUNE" else stage
+def cuda_stage(stage: str | registry.StageSpec) -> str:
+    """The stage whose kernel ``stage`` launches: AUTOTUNE runs SPLIT-K with the tile it chose."""
+    return registry.launched(stage).name
 
 
-def compiled(stage: str, tile: dict | None = None, arch: str | None = None) -> tuple[str, cuda_cpp.Resources]:
+def compiled(
+    stage: str | registry.StageSpec, tile: dict | None = None, arch: str | None = None
+) -> tuple[str, cuda_cpp.Resources]:
     """(SASS text, registers/shared memory) of one stage, for ``arch`` (``device.target_arch()``)."""
+    spec = _gpu_kernel(stage)
     arch = arch or device.target_arch()
-    if stage in NUMBA_KERNELS:
-        cubin, log = numba_cubin(stage, arch)
+    if spec.language == "numba":
+        cubin, log = numba_cubin(spec, arch)
         resources = cuda_cpp.parse_ptxas_log(log, arch)
     else:
-        c = cuda_stages.compile_info(stage, tile, arch)
+        c = cuda_stages.compile_info(spec.name, tile, arch)
         cubin, resources = c.cubin, c.resources
     if len(resources) != 1:
-        raise RuntimeError(f"expected one kernel in the cubin of {stage}, found {len(resources)}")
+        raise RuntimeError(f"expected one kernel in the cubin of {spec.name}, found {len(resources)}")
     # ptxas reports static shared memory only; occupancy needs the dynamic part the launch adds too.
-    name = cuda_stage(stage)
-    dynamic = cuda_stages.dynamic_smem_bytes(name, tile or cuda_stages.DEFAULTS.get(name, {}))
+    dynamic = spec.dynamic_smem_bytes(tile or spec.tile)
     return sass.disassemble_text(cubin), dataclasses.replace(resources[0], smem_bytes=resources[0].smem_bytes + dynamic)
 
 
-def launch_shape(stage: str, p: Problem, tile: dict | None = None) -> tuple[int, int]:
+def launch_shape(stage: str | registry.StageSpec, p: Problem, tile: dict | None = None) -> tuple[int, int]:
     """(blocks, threads per block) of a stage's launch on problem ``p``."""
-    if stage in ("NAIVE", "COALESCING"):
-        threads = (s1_naive if stage == "NAIVE" else s2_coalescing).THREADS
-        return math.ceil(p.pixels * p.k / threads), threads
-    if stage == "BLOCK TILING":
-        tp, threads = s3_block_tiling.TP, s3_block_tiling.THREADS
+    spec = _gpu_kernel(stage)
+    if spec.tile is None:  # untiled: blocks of THREADS, a thread per output channel and TP pixels of a row
+        tp, threads = spec.pixels_per_thread(), spec.module.THREADS
         return math.ceil(p.n * p.h * math.ceil(p.w / tp) * p.k / threads), threads
-    if stage == "SHARED":
-        t = tile or s4_shared.GPU_TILE
-        return math.ceil(p.pixels / (t["by"] * t["tm"])) * math.ceil(p.k / t["bn"]), t["by"] * t["bn"]
-    name = cuda_stage(stage)
-    grid, block = cuda_stages.geometry(name, tile or cuda_stages.DEFAULTS[name], p)
+    grid, block = spec.geometry(tile or spec.tile, p)
     return grid[0] * grid[1] * grid[2], block[0] * block[1]
 
 
-def trips(stage: str, p: Problem, tile: dict | None, n_loops: int) -> list[float] | None:
+def _chunks(p: Problem, tile: dict) -> int:
+    return math.ceil(p.c / tile["BKC"])
+
+
+# The trip counts of a source's loops (registry.StageSpec.loops), by how many loops the SASS kept.
+LOOP_TRIPS = {
+    ("c",): {1: lambda p, t: [p.c]},  # r and s are unrolled
+    ("c", "r"): {2: lambda p, t: [p.c, 3]},  # s and the TP pixels are unrolled
+    ("tap", "chunk"): {
+        2: lambda p, t: [9, _chunks(p, t)],
+        1: lambda p, t: [9 * _chunks(p, t) / t.get("SPLIT", 1)],  # one flattened step loop (per slice, on average)
+    },
+    ("chunk", "group"): {  # channel chunks, groups of 4 channels; taps unrolled
+        2: lambda p, t: [_chunks(p, t), t["BKC"] // 4],
+        1: lambda p, t: [_chunks(p, t)],  # BKC = 4: the group loop has one trip and is gone
+    },
+}
+
+
+def trips(stage: str | registry.StageSpec, p: Problem, tile: dict | None, n_loops: int) -> list[float] | None:
     """Loop trip counts per entry, outermost first, for the loop structure the SASS shows; None when
     the compiled loops are not the ones the source suggests (then use ncu counts instead). SHARED is
     such a case: LLVM versions its strided copy loops, so which copy runs how often is not static."""
-    if stage in ("NAIVE", "COALESCING") and n_loops == 1:
-        return [p.c]  # the c loop; r and s are unrolled
-    if stage == "BLOCK TILING" and n_loops == 2:
-        return [p.c, 3]  # c, then r; s and the TP pixels are unrolled
-    if stage == "HALO TILE":
-        bkc = (tile or cuda_stages.DEFAULTS[stage])["BKC"]
-        if n_loops == 2:
-            return [math.ceil(p.c / bkc), bkc // 4]  # channel chunks, groups of 4 channels; taps unrolled
-        if n_loops == 1:
-            return [math.ceil(p.c / bkc)]  # BKC = 4: the group loop has one trip and is gone
-    if stage in cuda_stages.FILES or stage == "AUTOTUNE":
-        name = cuda_stage(stage)
-        tile = tile or cuda_stages.DEFAULTS[name]
-        chunks = math.ceil(p.c / tile["BKC"])
-        if n_loops == 2:
-            return [9, chunks]  # taps, channel chunks
-        if n_loops == 1:
-            return [9 * chunks / tile.get("SPLIT", 1)]  # one flattened step loop (per slice, on average)
-    return None
+    spec = registry.launched(stage)
+    rule = LOOP_TRIPS.get(spec.loops, {}).get(n_loops)
+    return rule(p, tile or spec.tile) if rule else None
 
 
-def sass_counts(stage: str, p: Problem, tile: dict | None = None, sass: str | None = None) -> perfmodel.Counts | None:
+def sass_counts(
+    stage: str | registry.StageSpec, p: Problem, tile: dict | None = None, sass: str | None = None
+) -> perfmodel.Counts | None:
     """Warp instructions the whole launch executes, from the SASS; None if the loops are not understood."""
     sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
     instructions = perfmodel.parse_sass(sass)
@@ -183,9 +194,10 @@ def l1_wavefronts(stage: str, p: Problem) -> float | None:
     layout puts 9C words apart (32 lines) and (3, 3, C, K) puts side by side (one line). A pixel has
     (valid rows) x (valid columns) in-image taps, which sums to (3H - 2)(3W - 2) over an image. The
     one store per warp touches 32 lines in NCHW (HW words apart), one in NHWC."""
-    if stage not in ("NAIVE", "COALESCING"):
+    spec = registry.launched(stage)
+    if not (spec.gpu and spec.tile is None and spec.thread_pixels == 1):  # not one thread per output value
         return None
-    lines = 32 if stage == "NAIVE" else 1
+    lines = 32 if spec.layout == "nchw" else 1
     warps_per_pixel = math.ceil(p.k / 32)
     loads = p.n * warps_per_pixel * p.c * (3 * p.h - 2) * (3 * p.w - 2)
     return loads * (1 + lines) + p.pixels * warps_per_pixel * lines
@@ -196,8 +208,8 @@ def epilogue_bytes(stage: str, p: Problem, tile: dict | None = None) -> float:
     SPLIT-K (and AUTOTUNE with SPLIT > 1) zeroes y first (a separate launch) and each of its slices
     reads and writes y with atomics: (1 + 2 x SPLIT) x y."""
     y = 4 * p.pixels * p.k
-    name = cuda_stage(stage)
-    split = (tile or cuda_stages.DEFAULTS.get(name, {})).get("SPLIT", 1) if name == "SPLIT-K" else 1
+    spec = registry.launched(stage)
+    split = (tile or spec.tile).get("SPLIT", 1) if spec.split_k else 1
     return y * (1 + 2 * split if split > 1 else 1)
 
 
@@ -274,13 +286,13 @@ def l1_hit_rate(
     memory leaves (of ``l1_smem_bytes``). Then input sectors hit at the ``tap_reuse`` rate and filter
     sectors (BN : BM of the input's) are taken as misses; otherwise nothing hits. HALO TILE's
     cp.async.cg copies skip L1: 0."""
-    name = cuda_stage(stage)
-    if name not in cuda_stages.FILES or name == "HALO TILE":
+    spec = registry.launched(stage)
+    if spec.language != "cuda" or spec.cp_async:  # the Numba stages' hits are not modelled
         return 0.0
-    t = tile or cuda_stages.DEFAULTS[name]
+    t = tile or spec.tile
     props = props or device.properties()
-    bm, bn = cuda_stages.tile_shape(name, t)
-    resident = resident_blocks(stage, p, resources, t, props)
+    bm, bn = spec.tile_shape(t)
+    resident = resident_blocks(spec, p, resources, t, props)
     sweep = resident * p.c * (bm + bn) * 4
     if sweep > l1_smem_bytes(props) - resident * (resources.smem_bytes + perfmodel.SMEM_RESERVED):
         return 0.0

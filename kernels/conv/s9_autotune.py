@@ -12,10 +12,10 @@ import math
 from itertools import product
 
 from ..harness import device, timing
-from . import cuda_stages
+from . import cuda_stages, registry
 from .common import Problem, launcher, require_problem
 
-NAME = "SPLIT-K"
+NAME = registry.get("AUTOTUNE").runs  # the kernel it tunes: SPLIT-K
 KEYS = ("BM", "BN", "BKC", "SPLIT")
 
 

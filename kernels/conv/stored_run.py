@@ -16,18 +16,15 @@ import numpy as np
 
 from ..harness import ceilings, device, perfmodel, quantities, results
 from ..harness.glue import glue
-from . import common, cuda_stages, model, s9_autotune, stages
+from . import common, model, registry, s9_autotune, stages
 
 PROBLEMS = ("conv1", "conv2")
 TOLERANCE = 0.15  # the book's goal for the model: how far a prediction may miss the measured rate
-# ncu's kernel names of the stages: Numba's add a module prefix and a mangled suffix
-KERNEL_FN = {
-    "NAIVE": "conv_naive",
-    "COALESCING": "conv_coalescing",
-    "BLOCK TILING": "conv_block_tiling",
-    "SHARED": "conv_shared",
-    **{k: v for k, (_, v) in cuda_stages.FILES.items()},
-}
+# ncu's kernel names of the stages (Numba's with a module prefix and a mangled suffix), and the stages the
+# prose singles out, from the registry
+KERNEL_FN = {s.name: s.kernel for s in registry.REGISTRY if s.gpu and not s.runs}
+HALO = next(s.name for s in registry.REGISTRY if s.halo)
+TUNED = tuple(s.name for s in registry.REGISTRY if s.runs)  # stages whose tile is chosen by timing
 
 
 def gpu_slug() -> str:
@@ -104,9 +101,9 @@ def load(slug: str | None = None) -> Run:
             )
     tuned = {p: {k: min(c, key=lambda r: r["ms"])[k] for k in s9_autotune.KEYS} for p, c in tune_all.items()}
     timed = [
-        (name, pname, tuned[pname] if name == "AUTOTUNE" else None)
+        (name, pname, tuned[pname] if name in TUNED else None)
         for (name, pname) in measured
-        if name in (*stages.GPU_STAGES, "AUTOTUNE") and (name != "AUTOTUNE" or pname in tuned)
+        if name in (*stages.GPU_STAGES, *TUNED) and (name not in TUNED or pname in tuned)
     ]
     return Run(
         gpu=next(iter(stored.values()))["gpu"],
@@ -286,11 +283,12 @@ def glue_run(run: Run, pred: Predictions, slug: str) -> None:
         glue(f"{SLUG[name]}_{pname}_l1_hit", sp.l1_hit)
         if pred.latency_eta[(name, pname)] is not None:
             glue(f"{SLUG[name]}_{pname}_eta_loss_pct", 100 * (1 - pred.latency_eta[(name, pname)]))
-    for pname in PROBLEMS:
-        if ("NAIVE", pname) in pred.gflops and ("COALESCING", pname) in pred.gflops:
-            glue(f"coal_over_naive_pred_{pname}", pred.gflops[("COALESCING", pname)] / pred.gflops[("NAIVE", pname)])
-    if ("HALO TILE", "conv2") in pred.model_of:
-        glue("halo_conv2_idle_sms", max(0, run.props["sms"] - pred.model_of[("HALO TILE", "conv2")].waves.blocks))
+    for pname in PROBLEMS:  # the first two GPU stages: the layout change COALESCING makes
+        naive, coal = (pred.gflops.get((name, pname)) for name in stages.GPU_STAGES[:2])
+        if naive and coal:
+            glue(f"coal_over_naive_pred_{pname}", coal / naive)
+    if (HALO, "conv2") in pred.model_of:
+        glue("halo_conv2_idle_sms", max(0, run.props["sms"] - pred.model_of[(HALO, "conv2")].waves.blocks))
     for pname in PROBLEMS:
         p = common.PROBLEMS[pname]
         glue(f"{pname}_xf_mb", 4 * (p.n * p.h * p.w * p.c + 9 * p.c * p.k) / 1e6)  # input and filter, FP32
@@ -300,26 +298,28 @@ def glue_run(run: Run, pred: Predictions, slug: str) -> None:
         # what an SM's blocks of DOUBLE BUFFER load between two taps: a tap's sweep over all C channels
         glue(f"{pname}_tap_kb", 3 * p.c * (128 + 64) * 4 / 1e3)
     c1 = common.PROBLEMS["conv1"]
-    if ("HALO TILE", "conv1") in run.measured:
+    if (HALO, "conv1") in run.measured:
         glue(
             "halo_conv1_epilogue_pct",
             100
             * (4 * c1.n * c1.h * c1.w * c1.k / (copy_gbps * 1e6))
-            / (c1.flops / run.measured[("HALO TILE", "conv1")] / 1e6),
+            / (c1.flops / run.measured[(HALO, "conv1")] / 1e6),
         )
     glue("splitk_conv1_epilogue_gb", model.epilogue_bytes("SPLIT-K", c1) / 1e9)
     rows = results.load("conv", slug)
     # SEQ runs on the host CPU, whose speed differs from run to run: the range over every stored run
-    seq_runs = [float(r["value"]) for r in rows if r["kernel"] == "SEQ" and r["metric"] == "gflops"]
+    cpu = {s.name for s in registry.REGISTRY if not s.gpu}
+    seq_runs = [float(r["value"]) for r in rows if r["kernel"] in cpu and r["metric"] == "gflops"]
     if seq_runs:
         glue("seq_min_gflops", min(seq_runs))
         glue("seq_max_gflops", max(seq_runs))
         glue("seq_runs", len(seq_runs) // 2)
     # SPLIT-K on conv2, whose last wave lands differently from run to run: its time over every stored run
+    split_k = {s.name for s in registry.REGISTRY if s.split_k and not s.runs}
     split_ms = [
         common.PROBLEMS["conv2"].flops / float(r["value"]) / 1e6
         for r in rows
-        if r["kernel"] == "SPLIT-K" and r["problem"] == "conv2" and r["metric"] == "gflops"
+        if r["kernel"] in split_k and r["problem"] == "conv2" and r["metric"] == "gflops"
     ]
     if split_ms:
         glue("splitk_conv2_runs", len(split_ms))
