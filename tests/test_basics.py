@@ -190,6 +190,23 @@ def test_shared_arrays_start_poisoned_while_recording():
 
 
 @simulator_only
+def test_each_block_s_shared_arrays_start_poisoned_while_recording():
+    """The simulator hands every block the same shared array: block 1 would read what block 0 wrote."""
+
+    @cuda.jit
+    def block_0_writes(out):
+        buf = cuda.shared.array(2, np.float32)
+        if cuda.blockIdx.x == 0:
+            buf[cuda.threadIdx.x] = 1.0
+        cuda.syncthreads()
+        out[cuda.grid(1)] = buf[cuda.threadIdx.x]
+
+    out = np.zeros(4, np.float32)
+    accesses.count(lambda: block_0_writes[2, 2](out))
+    assert out[:2].tolist() == [1.0, 1.0] and np.isnan(out[2:]).all()
+
+
+@simulator_only
 def test_recording_puts_the_simulator_back():
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator import kernelapi
