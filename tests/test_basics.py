@@ -248,14 +248,14 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
         (
             "basics-ex-map-2d",
             "x and y swapped",
-            "the reads of `x` need 5.0 sectors of 32 bytes per warp access where 1.0 would do",
+            "the reads of `x` need 16.5 sectors of 32 bytes per warp access where 2.5 would do",
         ),
         ("basics-ex-transpose", "write along columns", "uncoalesced global access: the writes to `out`"),
-        ("basics-ex-row-sum", "one thread per row", "consecutive lanes touch addresses 400 bytes apart"),
+        ("basics-ex-row-sum", "one thread per row", "consecutive lanes touch addresses 28 bytes apart"),
         (
             "basics-ex-stencil",
             "every thread reads its three inputs from global memory",
-            "the 70 elements of `x` that were read were read 208 times",
+            "the 200 elements of `x` that were read were read 598 times",
         ),
         ("basics-ex-stencil", "no barrier between the loads and the sums", "A cuda.syncthreads() is missing"),
         ("basics-ex-block-sum", "no barrier between the steps", "a shared-memory race"),

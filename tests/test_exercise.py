@@ -270,10 +270,22 @@ def test_checks_stop_at_the_first_failing_size(rng):
 
     def launch(out, x):
         calls.append(out.size)
-        host(out)[:] = x if out.size < 50 else 0
+        host(out)[:] = 0 if out.size == 60 else x
 
     report = run(launch, sizes=(5, 60, 90), rng=rng)
-    assert not report.ok and 90 not in calls and "size=60" in str(report)
+    assert not report.ok and calls == [90, 60] and "size=60" in str(report)
+
+
+def test_the_largest_size_is_checked_first_and_size_1_still_runs(rng):
+    """An offset shows as one at 37 elements; at 1 element it would only be '1 of 1 elements are wrong'."""
+    report = run(lambda out, x: host(out).__setitem__(slice(None), x + 0.5), sizes=(1, 37), rng=rng)
+    assert str(report).startswith("FAIL  copy size=37") and "off by the same constant, 0.5" in str(report)
+
+    def wrong_at_1(out, x):
+        host(out)[:] = x + (out.size == 1)
+
+    report = run(wrong_at_1, sizes=(1, 37), rng=rng)
+    assert report.lines[0] == "pass  copy size=37" and "FAIL  copy size=1" in report.lines[1], str(report)
 
 
 # --- explain(): one test per pattern, on synthetic outputs --------------------------------------

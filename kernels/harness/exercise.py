@@ -263,8 +263,11 @@ def check_kernel(
 ) -> Report:
     """Run ``launch(out, *inputs)`` at every size and compare ``out`` with ``reference(*inputs)``.
 
-    Stops at the first size that fails and explains that failure. The verdict lines name the sizes
-    and tolerances but no measured error, so they read the same on a GPU and in the simulator.
+    The size with the largest output runs first: a mistake shows there with the most elements to
+    place it (an offset, a period, a tail), where one element would only say "wrong"; the smaller
+    sizes follow, for the mistakes only they show. Stops at the first size that fails and explains
+    that failure. The verdict lines name the sizes and tolerances but no measured error, so they
+    read the same on a GPU and in the simulator.
     ``device_only=False`` lets host code fill ``out``: for the checker's own tests, whose host-side
     launches stand in for a kernel's mistakes. With ``expect`` (``accesses.EXPECTATIONS``), the
     simulator also counts the accesses and fails a kernel that misses one.
@@ -273,9 +276,11 @@ def check_kernel(
     bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
     lines = []
     counted = []
+    cases = []
     for size in sizes:
         inputs = tuple(make_inputs(rng, size))
-        want = np.asarray(reference(*inputs), dtype=np.float64)
+        cases.append((size, inputs, np.asarray(reference(*inputs), dtype=np.float64)))
+    for size, inputs, want in sorted(cases, key=lambda case: -case[2].size):  # stable: ties keep their order
         problems, counts = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect)
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
