@@ -236,6 +236,8 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
         "redundant global reads",
         "race",
         "bank conflicts",
+        "ignores the block size",
+        "rows and columns swapped",
     } <= words
 
 
@@ -269,6 +271,36 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
 def test_the_hint_names_the_array_and_the_cost(label, mistake, said, rng):
     report = exercise.get(label).check(SOLUTIONS[label].wrong[mistake][0], rng=rng)
     assert not report.ok and said in str(report), str(report)
+
+
+@simulator_only
+@needs_solutions
+@pytest.mark.parametrize(
+    "label, mistake, said",
+    [
+        ("basics-ex-guard", "grid rounded down", "the launch has 192 threads for the 200 elements: round the block"),
+        (
+            "basics-ex-guard",
+            "a block size of 32 written into the index",
+            "has 256 threads for the 200 elements, enough",
+        ),
+        (
+            "basics-ex-map",
+            "threadIdx instead of the grid index",
+            "the launch has 96 threads for the 96 elements, enough",
+        ),
+        (
+            "basics-ex-map-2d",
+            "x and y swapped in the index only",
+            "enough for 33 rows and 20 columns with x along a row",
+        ),
+        ("basics-ex-block-sum", "threads past the end leave their slot unset", "the last element. Likely: a read past"),
+    ],
+)
+def test_a_tail_is_blamed_on_the_grid_only_where_it_had_too_few_threads(label, mistake, said, rng):
+    report = str(exercise.get(label).check(SOLUTIONS[label].wrong[mistake][0], rng=rng))
+    assert said in report, report
+    assert ("round the block count up" in report) == (mistake == "grid rounded down"), report
 
 
 @simulator_only
