@@ -361,7 +361,8 @@ def test_explain_nan_computed_at_the_end_is_not_blamed_on_the_grid(rng):
     got = want.copy()
     got[-1] = np.nan  # written: the last block summed a slot it never set
     (line,) = exercise.explain(got, want, atol=1e-6, unwritten=np.zeros(4, bool), threads=(256, 1, 1))
-    assert "the last element" in line and "they are at the end" in line and "round the block count up" not in line
+    assert "the last element" in line and "only at the end: look at what the last block's threads" in line
+    assert "round the block count up" not in line
 
 
 def test_explain_last_columns_of_a_2d_output(want):

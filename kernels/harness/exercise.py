@@ -621,10 +621,7 @@ def _tail_hint(unwritten: bool, threads: tuple | None, shape: tuple, axis: int |
     the index never reaches the end.
     """
     if not unwritten:
-        return (
-            "they are at the end, where threads past the end of an input read it or leave a shared "
-            "slot unset (a sum needs 0 there): look at the last block's bounds checks and loads"
-        )
+        return "only at the end: look at what the last block's threads past the end read or leave unset (a sum needs 0)"
     dims = None if threads is None else _launch_dims(threads)
     if axis is not None and dims == len(shape):
         dim, extent, what = len(shape) - 1 - axis, shape[axis], f"the {shape[axis]} indices of axis {axis}"
