@@ -190,6 +190,23 @@ def test_shared_arrays_start_poisoned_while_recording():
 
 
 @simulator_only
+def test_each_block_s_shared_arrays_start_poisoned_while_recording():
+    """The simulator hands every block the same shared array: block 1 would read what block 0 wrote."""
+
+    @cuda.jit
+    def block_0_writes(out):
+        buf = cuda.shared.array(2, np.float32)
+        if cuda.blockIdx.x == 0:
+            buf[cuda.threadIdx.x] = 1.0
+        cuda.syncthreads()
+        out[cuda.grid(1)] = buf[cuda.threadIdx.x]
+
+    out = np.zeros(4, np.float32)
+    accesses.count(lambda: block_0_writes[2, 2](out))
+    assert out[:2].tolist() == [1.0, 1.0] and np.isnan(out[2:]).all()
+
+
+@simulator_only
 def test_recording_puts_the_simulator_back():
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator import kernelapi
@@ -219,6 +236,8 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
         "redundant global reads",
         "race",
         "bank conflicts",
+        "ignores the block size",
+        "rows and columns swapped",
     } <= words
 
 
@@ -231,14 +250,14 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
         (
             "basics-ex-map-2d",
             "x and y swapped",
-            "the reads of `x` need 5.0 sectors of 32 bytes per warp access where 1.0 would do",
+            "the reads of `x` need 16.5 sectors of 32 bytes per warp access where 2.5 would do",
         ),
         ("basics-ex-transpose", "write along columns", "uncoalesced global access: the writes to `out`"),
-        ("basics-ex-row-sum", "one thread per row", "consecutive lanes touch addresses 400 bytes apart"),
+        ("basics-ex-row-sum", "one thread per row", "consecutive lanes touch addresses 28 bytes apart"),
         (
             "basics-ex-stencil",
             "every thread reads its three inputs from global memory",
-            "the 70 elements of `x` that were read were read 208 times",
+            "the 200 elements of `x` that were read were read 598 times",
         ),
         ("basics-ex-stencil", "no barrier between the loads and the sums", "A cuda.syncthreads() is missing"),
         ("basics-ex-block-sum", "no barrier between the steps", "a shared-memory race"),
@@ -252,6 +271,36 @@ def test_every_chapter_0_exercise_has_a_mistake_and_the_mistakes_cover_each_hint
 def test_the_hint_names_the_array_and_the_cost(label, mistake, said, rng):
     report = exercise.get(label).check(SOLUTIONS[label].wrong[mistake][0], rng=rng)
     assert not report.ok and said in str(report), str(report)
+
+
+@simulator_only
+@needs_solutions
+@pytest.mark.parametrize(
+    "label, mistake, said",
+    [
+        ("basics-ex-guard", "grid rounded down", "the launch has 192 threads for the 200 elements: round the block"),
+        (
+            "basics-ex-guard",
+            "a block size of 32 written into the index",
+            "has 256 threads for the 200 elements, enough",
+        ),
+        (
+            "basics-ex-map",
+            "threadIdx instead of the grid index",
+            "the launch has 96 threads for the 96 elements, enough",
+        ),
+        (
+            "basics-ex-map-2d",
+            "x and y swapped in the index only",
+            "enough for 33 rows and 20 columns with x along a row",
+        ),
+        ("basics-ex-block-sum", "threads past the end leave their slot unset", "the last element. Likely: a read past"),
+    ],
+)
+def test_a_tail_is_blamed_on_the_grid_only_where_it_had_too_few_threads(label, mistake, said, rng):
+    report = str(exercise.get(label).check(SOLUTIONS[label].wrong[mistake][0], rng=rng))
+    assert said in report, report
+    assert ("round the block count up" in report) == (mistake == "grid rounded down"), report
 
 
 @simulator_only

@@ -123,6 +123,15 @@ def test_host_code_fixing_up_a_kernel_s_output_fails(rng):
     assert not report.ok and "written by host code outside the kernel launches" in str(report), str(report)
 
 
+def test_the_tail_hint_counts_the_threads_of_the_launches_that_wrote_out(rng):
+    def launch(out, x, y, a):
+        does_nothing[64, 64](out)  # 4096 threads, but it writes nothing
+        saxpy[out.size // 32, 32](out, x, y, a)
+
+    report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
+    assert "the launch has 256 threads for the 257 elements: round the block count up" in str(report), str(report)
+
+
 def test_a_launch_that_launches_nothing_fails(rng):
     report = exercise.get("machine-ex-saxpy").check(lambda out, x, y, a: None, rng=rng)
     assert "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written" in str(report)
@@ -271,10 +280,22 @@ def test_checks_stop_at_the_first_failing_size(rng):
 
     def launch(out, x):
         calls.append(out.size)
-        host(out)[:] = x if out.size < 50 else 0
+        host(out)[:] = 0 if out.size == 60 else x
 
     report = run(launch, sizes=(5, 60, 90), rng=rng)
-    assert not report.ok and 90 not in calls and "size=60" in str(report)
+    assert not report.ok and calls == [90, 60] and "size=60" in str(report)
+
+
+def test_the_largest_size_is_checked_first_and_size_1_still_runs(rng):
+    """An offset shows as one at 37 elements; at 1 element it would only be '1 of 1 elements are wrong'."""
+    report = run(lambda out, x: host(out).__setitem__(slice(None), x + 0.5), sizes=(1, 37), rng=rng)
+    assert str(report).startswith("FAIL  copy size=37") and "off by the same constant, 0.5" in str(report)
+
+    def wrong_at_1(out, x):
+        host(out)[:] = x + (out.size == 1)
+
+    report = run(wrong_at_1, sizes=(1, 37), rng=rng)
+    assert report.lines[0] == "pass  copy size=37" and "FAIL  copy size=1" in report.lines[1], str(report)
 
 
 # --- explain(): one test per pattern, on synthetic outputs --------------------------------------
@@ -293,6 +314,56 @@ def test_explain_tail_of_unwritten_elements(rng):
     (line,) = exercise.explain(got, want, atol=1e-6, unwritten=unwritten)
     assert "10 of 100 output elements were never written" in line and "the last 10" in line
     assert "round the block count up" in line
+
+
+def test_explain_a_tail_by_the_threads_launched(rng):
+    """A grid with too few threads is told to round its block count up; one with enough, that its index misses."""
+    want = rng.standard_normal(200)
+    unwritten = np.arange(200) >= 160
+    got = np.where(unwritten, np.nan, want)
+    short = exercise.explain(got, want, atol=1e-6, unwritten=unwritten, threads=(128, 1, 1))[0]
+    assert "the launch has 128 threads for the 200 elements: round the block count up" in short
+    enough = exercise.explain(got, want, atol=1e-6, unwritten=unwritten, threads=(256, 1, 1))[0]
+    assert "the launch has 256 threads for the 200 elements, enough for all" in enough
+    assert "ignores the block size" in enough and "round the block count up" not in enough
+
+
+def test_explain_a_2d_tail_by_the_threads_along_its_axis(want):
+    got = want.copy()
+    got[:, 16:] = np.nan
+    unwritten = np.isnan(got)
+    short = exercise.explain(got, want, atol=1e-6, unwritten=unwritten, threads=(16, 12, 1))[0]
+    assert "the launch has 16 threads along x for the 17 indices of axis 1: round the block count up" in short
+    enough = exercise.explain(got, want, atol=1e-6, unwritten=unwritten, threads=(32, 12, 1))[0]
+    assert "32 threads along x for the 17 indices of axis 1, enough for all" in enough
+    assert "round the block count up" not in enough
+
+
+@pytest.mark.parametrize(
+    "threads, fix",
+    [
+        ((32, 34, 1), "the index takes x as the row: `c, r = cuda.grid(2)`"),  # 32 rows written, 34 columns asked
+        ((64, 20, 1), "the index takes x as the column: size x from the columns"),  # the grid's x sized from the rows
+    ],
+)
+def test_explain_rows_and_columns_swapped_between_the_grid_and_the_index(threads, fix, rng):
+    want = rng.standard_normal((33, 20))
+    x, y = threads[:2]
+    high, wide = (x, y) if x == 32 else (y, x)
+    unwritten = np.ones(want.shape, bool)
+    unwritten[:high, :wide] = False
+    (line,) = exercise.explain(np.where(unwritten, np.nan, want), want, atol=1e-6, unwritten=unwritten, threads=threads)
+    assert f"all but the top-left {min(high, 33)} x {min(wide, 20)} corner" in line
+    assert "rows and columns swapped" in line and fix in line and "round" not in line
+
+
+def test_explain_nan_computed_at_the_end_is_not_blamed_on_the_grid(rng):
+    want = rng.standard_normal(4)
+    got = want.copy()
+    got[-1] = np.nan  # written: the last block summed a slot it never set
+    (line,) = exercise.explain(got, want, atol=1e-6, unwritten=np.zeros(4, bool), threads=(256, 1, 1))
+    assert "the last element" in line and "only at the end: look at what the last block's threads" in line
+    assert "round the block count up" not in line
 
 
 def test_explain_last_columns_of_a_2d_output(want):

@@ -105,6 +105,17 @@ def launch_guard_rounded_down(out, x):
     square[max(out.size // 64, 1), 64](out, x)
 
 
+@cuda.jit
+def square_blocks_of_32(out, x):
+    i = cuda.blockIdx.x * 32 + cuda.threadIdx.x  # kept from basics-ex-map's blocks of 32: these have 64
+    if i < out.size:
+        out[i] = x[i] * x[i]
+
+
+def launch_guard_blocks_of_32(out, x):
+    square_blocks_of_32[(out.size + 63) // 64, 64](out, x)
+
+
 attach(
     "basics-ex-guard",
     solution=launch_guard,
@@ -112,6 +123,7 @@ attach(
         "no bounds check": (launch_guard_unguarded, "outside an array"),
         "off-by-one bounds check": (launch_guard_off_by_one, "outside an array"),
         "grid rounded down": (launch_guard_rounded_down, "never written"),
+        "a block size of 32 written into the index": (launch_guard_blocks_of_32, "ignores the block size"),
     },
 )
 
@@ -154,12 +166,18 @@ def launch_map_2d_wrong_guard(out, x):
     add_ten_2d_wrong_guard[((cols + 31) // 32, (rows + 1) // 2), (32, 2)](out, x)
 
 
+def launch_map_2d_swapped_index(out, x):
+    rows, cols = out.shape  # the grid sized for x along a row, the kernel taking x as the row
+    add_ten_2d_swapped[((cols + 31) // 32, (rows + 1) // 2), (32, 2)](out, x)
+
+
 attach(
     "basics-ex-map-2d",
     solution=launch_map_2d,
     wrong={
         "x and y swapped": (launch_map_2d_swapped, "uncoalesced"),
         "bounds checked against the wrong dimension": (launch_map_2d_wrong_guard, "outside an array"),
+        "x and y swapped in the index only": (launch_map_2d_swapped_index, "rows and columns swapped"),
     },
 )
 

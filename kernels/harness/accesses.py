@@ -177,8 +177,10 @@ def _shared_name(frame) -> str:
 def recording():
     """While it lasts, every simulated kernel launch logs its accesses; yields the log (a list of Access).
 
-    Shared arrays start filled with poison (NaN, or an integer type's maximum) instead of whatever
-    memory held, so that reading an element no thread wrote shows in the result.
+    Each block's shared arrays start filled with poison (NaN, or an integer type's maximum) instead of
+    whatever memory held, so that reading an element no thread of the block wrote shows in the result.
+    (The simulator hands every block of a launch the same array: the last block would read what the
+    one before it left, and compute a plausible wrong number instead of NaN.)
     """
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator import kernelapi
@@ -187,6 +189,7 @@ def recording():
 
     Recorded = _proxy_class()
     log: list[Access] = []
+    poisoning = threading.Lock()
     launch, shared_array, barrier = (
         simkernel.FakeCUDAKernel.__call__,
         kernelapi.FakeCUDAShared.array,
@@ -218,8 +221,15 @@ def recording():
             if ary is None:
                 if isinstance(dtype, kernelapi.types.Type):  # numba.float32 as well as np.float32
                     dtype = kernelapi.numpy_support.as_dtype(dtype)
-                dtype = np.dtype(dtype)
-                ary = shared._allocations[key] = np.full(shape, poison_value(dtype), dtype)
+                ary = shared._allocations[key] = np.empty(shape, np.dtype(dtype))
+            # The simulator runs the blocks one after another: the first thread of a block to get here
+            # poisons the array, before any thread of its block can write it (the others wait).
+            block = tuple(threading.current_thread().blockIdx)
+            with poisoning:
+                poisoned_by = shared.__dict__.setdefault("_poisoned_by", {})
+                if poisoned_by.get(key) != block:
+                    ary[...] = poison_value(ary.dtype)
+                    poisoned_by[key] = block
         frame = sys._getframe(1)
         return Recorded(ary, log, "shared", _shared_name(frame), ary.__array_interface__["data"][0])
 

@@ -3,12 +3,14 @@ words, what is wrong.
 
 The student writes ``launch(out, *inputs)``: it launches their kernel (``@cuda.jit``) so that it
 fills ``out``. The checker runs it on fresh random inputs of several sizes (odd ones, not multiples
-of a tile), in the simulator on a CPU and on the GPU when there is one. Every output is poisoned
-first and every array sits in a larger buffer whose tail is poisoned too, so that a forgotten
-element, a write past the end and a read past the end all show. A failure is explained: unwritten
-elements and where they are (the tail, the borders, a repeating pattern), NaN, an offset or a
-factor, a transpose or a shift, an index outside an array, a kernel that does not compile, an
-output written by host code rather than by a kernel.
+of a tile; the largest first), in the simulator on a CPU and on the GPU when there is one. Every
+output is poisoned first and every array sits in a larger buffer whose tail is poisoned too, so that
+a forgotten element, a write past the end and a read past the end all show. A failure is explained:
+unwritten elements and where they are (the tail, the borders, a repeating pattern) and, from the
+threads the launch had, whether the grid is too small or the index misses (a block size written
+into it, rows and columns swapped), NaN, an offset or a factor, a transpose or a shift, an index
+outside an array, a kernel that does not compile, an output written by host code rather than by a
+kernel.
 
 An exercise about performance also declares what a correct kernel's memory accesses must look
 like (``expect``: coalesced, each input read once, no bank conflicts). In the simulator the checker
@@ -263,8 +265,11 @@ def check_kernel(
 ) -> Report:
     """Run ``launch(out, *inputs)`` at every size and compare ``out`` with ``reference(*inputs)``.
 
-    Stops at the first size that fails and explains that failure. The verdict lines name the sizes
-    and tolerances but no measured error, so they read the same on a GPU and in the simulator.
+    The size with the largest output runs first: a mistake shows there with the most elements to
+    place it (an offset, a period, a tail), where one element would only say "wrong"; the smaller
+    sizes follow, for the mistakes only they show. Stops at the first size that fails and explains
+    that failure. The verdict lines name the sizes and tolerances but no measured error, so they
+    read the same on a GPU and in the simulator.
     ``device_only=False`` lets host code fill ``out``: for the checker's own tests, whose host-side
     launches stand in for a kernel's mistakes. With ``expect`` (``accesses.EXPECTATIONS``), the
     simulator also counts the accesses and fails a kernel that misses one.
@@ -273,9 +278,11 @@ def check_kernel(
     bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
     lines = []
     counted = []
+    cases = []
     for size in sizes:
         inputs = tuple(make_inputs(rng, size))
-        want = np.asarray(reference(*inputs), dtype=np.float64)
+        cases.append((size, inputs, np.asarray(reference(*inputs), dtype=np.float64)))
+    for size, inputs, want in sorted(cases, key=lambda case: -case[2].size):  # stable: ties keep their order
         problems, counts = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect)
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
@@ -333,6 +340,8 @@ def _synchronize():
 # kernel. Comparing snapshots, rather than trying to forbid host writes, works the same for NumPy,
 # CuPy and Numba arrays and for every way of writing (slicing, np.copyto, .set(), copy_to_device).
 # Kernels launched outside Numba (a CuPy RawKernel) are not seen: the exercises ask for @cuda.jit ones.
+# The launches that changed `out` also leave their threads along x, y and z: where the last elements were
+# never written, they tell a grid too small from an index that never reaches the end.
 
 
 def _launch_entry():
@@ -346,13 +355,21 @@ def _launch_entry():
     return FakeCUDAKernel, "__call__"
 
 
+def _threads_of(kernel) -> tuple:
+    """A configured launch's threads along x, y and z (Numba has made its grid and block 3 integers each)."""
+    grid, block = (kernel.griddim, kernel.blockdim) if device.on_gpu() else (kernel.grid_dim, kernel.block_dim)
+    return tuple(g * b for g, b in zip(grid, block, strict=True))
+
+
 class _KernelWrites:
-    """Whether anything but a Numba kernel launch wrote ``buf`` while ``watching()`` (see above)."""
+    """Whether anything but a Numba kernel launch wrote ``buf`` while ``watching()``, and the threads
+    of the launches that did (see above)."""
 
     def __init__(self, buf):
         self.buf = buf
         self.launches = 0
         self.host_wrote = False
+        self.writers = []  # (threads along x, y, z) of each launch that changed buf
         self._depth = 0
         self._seen = self._snapshot()
 
@@ -369,7 +386,8 @@ class _KernelWrites:
             # kernel runs is part of that kernel.
             if self._depth or getattr(kernel, "_device", False):
                 return call(kernel, *args, **kwargs)
-            self._check_unchanged()
+            before = self._snapshot()
+            self.host_wrote |= not np.array_equal(before, self._seen)
             self._depth += 1
             try:
                 return call(kernel, *args, **kwargs)
@@ -377,6 +395,8 @@ class _KernelWrites:
                 self._depth -= 1
                 self.launches += 1
                 self._seen = self._snapshot()
+                if not np.array_equal(self._seen, before):
+                    self.writers.append(_threads_of(kernel))
 
         return launch_kernel
 
@@ -390,6 +410,10 @@ class _KernelWrites:
         finally:
             setattr(cls, name, call)
         self._check_unchanged()
+
+    def threads(self) -> tuple | None:
+        """The most threads along x, y and z of the launches that wrote ``buf``; None if none did."""
+        return tuple(max(t) for t in zip(*self.writers, strict=True)) if self.writers else None
 
     def problem(self) -> str | None:
         if self.launches == 0:
@@ -407,9 +431,10 @@ class _KernelWrites:
 
 
 def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only, record=False):
-    """Run the student's launch on guarded copies; returns (out, out_buf, in_bufs, problem, counts), where
-    ``problem`` is a sentence for an exception or for an output that no kernel wrote, and ``counts`` the
-    accesses counted where ``record`` (in the simulator), else None."""
+    """Run the student's launch on guarded copies; returns (out, out_buf, in_bufs, problem, counts, threads),
+    where ``problem`` is a sentence for an exception or for an output that no kernel wrote, ``counts`` the
+    accesses counted where ``record`` (in the simulator), else None, and ``threads`` those of the launches
+    that wrote ``out`` (``_KernelWrites.threads``)."""
     args, in_bufs = [], []
     for x in inputs:
         if isinstance(x, np.ndarray):
@@ -426,7 +451,7 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only, recor
         with writes.watching(), accesses.recording() if record else nullcontext() as log:
             returned = launch(out, *args)
     except Exception as exc:  # noqa: BLE001 -- whatever the student's code raises is explained, not re-raised
-        return out, out_buf, in_bufs, explain_exception(exc), None
+        return out, out_buf, in_bufs, explain_exception(exc), None, None
     counts = accesses.Counts(log) if record else None
     if hasattr(returned, "shape") and returned is not out:
         return (
@@ -438,13 +463,14 @@ def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only, recor
                 "grades `out`, which a kernel must write"
             ),
             counts,
+            None,
         )
-    return out, out_buf, in_bufs, writes.problem() if device_only else None, counts
+    return out, out_buf, in_bufs, writes.problem() if device_only else None, counts, writes.threads()
 
 
 def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
     """The problems found at one size (sentences; none if it passed) and the accesses counted, if any."""
-    got, out_buf, in_bufs, problem, counts = _launch_once(
+    got, out_buf, in_bufs, problem, counts, threads = _launch_once(
         launch,
         inputs,
         want.shape,
@@ -487,14 +513,15 @@ def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, e
     unwritten = None
     if result.n_nonfinite:
         # Run again with a finite second poison: what still holds it was never written at all.
-        again, _, _, problem, _ = _launch_once(
+        again, _, _, problem, _, _ = _launch_once(
             launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype), device_only
         )
         if problem is None:
             unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
     return problems + (
-        explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten) or [result.reason()]
+        explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten, threads=threads)
+        or [result.reason()]
     ), counts
 
 
@@ -530,20 +557,21 @@ def explain_exception(exc: BaseException) -> str:
     return f"the launch raised {kind}: {text}"
 
 
-def _describe_where(mask: np.ndarray) -> tuple[str, str]:
-    """Where the marked elements are, and a hint about what usually causes that pattern."""
+def _describe_where(mask: np.ndarray, unwritten: bool = False, threads: tuple | None = None) -> tuple[str, str]:
+    """Where the marked elements are, and a hint about what usually causes that pattern.
+
+    ``unwritten``: the marked elements were never written, so a tail points at the grid; ``threads``
+    (the launch's threads along x, y and z) then tells a grid too small from an index that misses.
+    Elements written but wrong at the end point at what the last threads read instead.
+    """
     n, k = mask.size, int(np.count_nonzero(mask))
     if k == n:
         return "every element", ""
+    swapped = _swapped(mask, threads) if unwritten else None
+    if swapped:
+        return swapped
     flat = mask.ravel()
     first = int(np.argmax(flat))
-    if not flat[:first].any() and flat[first:].all():
-        last = "the last element" if k == 1 else f"the last {k} in memory order (from flat index {first} on)"
-        return (
-            last,
-            "the grid or the loop stops short of the end: round the block count up, "
-            "(n + threads - 1) // threads, or use a grid-stride loop",
-        )
     if mask.ndim >= 2:
         for axis in range(mask.ndim):
             idx = np.moveaxis(mask, axis, 0)
@@ -554,8 +582,12 @@ def _describe_where(mask: np.ndarray) -> tuple[str, str]:
                 if at[-1] == mask.shape[axis] - 1 and (np.diff(at) == 1).all():
                     return (
                         f"the last {at.size} indices along axis {axis} (from {at[0]} on)",
-                        "the grid does not cover that dimension: round its block count up",
+                        _tail_hint(unwritten, threads, mask.shape, axis),
                     )
+    if not flat[:first].any() and flat[first:].all():
+        last = "the last element" if k == 1 else f"the last {k} in memory order (from flat index {first} on)"
+        return last, _tail_hint(unwritten, threads, mask.shape)
+    if mask.ndim >= 2:
         depth = _border_depth(mask)
         if depth is not None:
             return (
@@ -572,7 +604,69 @@ def _describe_where(mask: np.ndarray) -> tuple[str, str]:
             "a pattern with a period points at the thread/block index arithmetic "
             "(blockIdx * blockDim + threadIdx, a stride, a tile size)",
         )
-    return f"{k} of {n} elements, the first at index {np.unravel_index(first, mask.shape)}", ""
+    at = tuple(int(i) for i in np.unravel_index(first, mask.shape))
+    return f"{k} of {n} elements, the first at index {at}", ""
+
+
+def _launch_dims(threads: tuple) -> int:
+    """How many dimensions a launch uses: 2 for a grid of (x, y) threads with more than one along y."""
+    return max((d + 1 for d, t in enumerate(threads) if t > 1), default=1)
+
+
+def _tail_hint(unwritten: bool, threads: tuple | None, shape: tuple, axis: int | None = None) -> str:
+    """Why the last elements (along ``axis``, else in memory order) are wrong or were never written.
+
+    A launch with as many dimensions as the output runs x along its last axis, y along the one before;
+    a 1-D launch runs along memory order. Where that launch had enough threads, the grid is not short:
+    the index never reaches the end.
+    """
+    if not unwritten:
+        return "only at the end: look at what the last block's threads past the end read or leave unset (a sum needs 0)"
+    dims = None if threads is None else _launch_dims(threads)
+    if axis is not None and dims == len(shape):
+        dim, extent, what = len(shape) - 1 - axis, shape[axis], f"the {shape[axis]} indices of axis {axis}"
+    elif axis is None and dims == 1:
+        dim, extent, what = 0, int(np.prod(shape)), f"the {int(np.prod(shape))} elements"
+    else:
+        return (
+            "the grid or the loop stops short of the end: round the block count up, "
+            "(n + threads - 1) // threads, or use a grid-stride loop"
+        )
+    along = f"{threads[dim]} threads" + ("" if dims == 1 else f" along {'xyz'[dim]}")
+    if threads[dim] < extent:
+        return (
+            f"the launch has {along} for {what}: round the block count up, (n + threads - 1) // threads, "
+            "or use a grid-stride loop"
+        )
+    return (
+        f"the launch has {along} for {what}, enough for all, yet the index never reaches the last ones: "
+        "it ignores the block size or the block index (e.g. blockIdx.x * 32 in blocks of 64 threads); "
+        f"cuda.grid({dims}) computes it from the launch"
+    )
+
+
+def _swapped(mask: np.ndarray, threads: tuple | None) -> tuple[str, str] | None:
+    """(where, hint) for a 2-D output written only in its top-left corner because rows and columns are
+    swapped between the grid and the index: the launch had enough threads the other way round."""
+    if threads is None or mask.ndim != 2 or _launch_dims(threads) != 2:
+        return None
+    rows, cols = mask.shape
+    x, y = threads[:2]
+    for high, wide, kernel_swapped in ((x, y, True), (y, x, False)):
+        box = np.ones(mask.shape, bool)
+        box[:high, :wide] = False
+        if np.array_equal(mask, box) and wide >= rows and high >= cols:
+            where = f"all but the top-left {min(high, rows)} x {min(wide, cols)} corner (rows x columns)"
+            fix = (
+                "with x along a row, but the index takes x as the row: `c, r = cuda.grid(2)`"
+                if kernel_swapped
+                else "only with x down the rows, but the index takes x as the column: size x from the columns"
+            )
+            return where, (
+                f"rows and columns swapped: the launch has {x} threads along x and {y} along y, enough for "
+                f"{rows} rows and {cols} columns {fix}"
+            )
+    return None
 
 
 def _border_depth(mask: np.ndarray, max_depth: int = 8) -> int | None:
@@ -596,12 +690,19 @@ def _period(flat: np.ndarray) -> int | None:
 
 
 def explain(
-    got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float | None = None, unwritten: np.ndarray | None = None
+    got: np.ndarray,
+    want: np.ndarray,
+    *,
+    atol: float,
+    rtol: float | None = None,
+    unwritten: np.ndarray | None = None,
+    threads: tuple | None = None,
 ) -> list[str]:
     """Plain sentences for what differs between ``got`` and ``want`` (float64 host arrays, same shape).
 
     ``unwritten`` marks elements known never to have been written (from a second, differently
-    poisoned run); without it every NaN counts as computed.
+    poisoned run); without it every NaN counts as computed. ``threads``, the threads along x, y and z
+    of the launches that wrote the output, tells a grid too small from an index that misses the end.
     """
     finite = np.isfinite(want)
     nonfinite = ~np.isfinite(got) & finite
@@ -612,7 +713,7 @@ def explain(
     wrong = both & (np.abs(diff) > atol)
     out = []
     if unwritten.any():
-        where, hint = _describe_where(unwritten)
+        where, hint = _describe_where(unwritten, unwritten=True, threads=threads)
         out.append(
             f"{int(unwritten.sum())} of {want.size} output elements were never written "
             f"(they still hold the poison): {where}" + (f". Likely: {hint}" if hint else "")
