@@ -15,8 +15,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+import browser_check
+
 book_fixes = pytest.importorskip("book_fixes", reason="the book's build tools (docutils) are not installed")
-import browser_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
