@@ -1,6 +1,6 @@
 """The PyTorch training API (kernels/ssim/torch_ssim.py): a clear line without PyTorch; on a GPU the mean
-and dL/dimg1 against float64 at odd sizes, batch > 1 and one channel, both paddings, and against
-rahul-goel/fused-ssim where it is installed."""
+and dL/dimg1 against float64 at odd sizes, batch > 1 and one channel, both paddings. (The training deep dive
+sets the fastest peers' errors beside ours, against the same float64 reference.)"""
 
 import sys
 
@@ -45,7 +45,7 @@ def test_mean_and_gradient_match_float64(shape, padding, rng):
         g[...] = -1.0 / ref_map.size
         want = ref_map.mean()
     ref_grad = common.reference_backward(a, b, g)
-    assert abs(float(mean) - want) <= common.MEAN_ATOL, f"seed {seed}"
+    assert abs(float(mean.detach()) - want) <= common.MEAN_ATOL, f"seed {seed}"
     got = img1.grad.double().cpu().numpy()
     assert np.abs(got - ref_grad).max() <= 1e-4 * np.abs(ref_grad).max(), f"seed {seed}"
     with_no_grad = torch_ssim.fused_ssim(img1.detach(), img2, padding=padding, train=False)
@@ -62,18 +62,3 @@ def test_bad_input_names_the_constraint():
         torch_ssim.fused_ssim(img1, img2.cpu())
     with pytest.raises(TypeError, match="img1: expected a float32 CUDA tensor"):
         torch_ssim.fused_ssim(img1.double(), img2)
-
-
-@pytest.mark.gpu
-@needs_gpu
-def test_agrees_with_fused_ssim_where_installed():
-    peer = pytest.importorskip("fused_ssim", reason="rahul-goel/fused-ssim is not installed")
-    a, b, img1, img2 = tensors((1, 3, 64, 96), 3)
-    ours = torch_ssim.fused_ssim(img1, img2)
-    (1 - ours).backward()
-    mine = img1.grad.clone()
-    img1.grad = None
-    theirs = peer.fused_ssim(img1, img2)
-    (1 - theirs).backward()
-    assert abs(float(ours) - float(theirs)) <= 1e-4
-    assert float((mine - img1.grad).abs().max()) <= 1e-3 * float(img1.grad.abs().max())
