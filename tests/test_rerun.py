@@ -47,8 +47,20 @@ def test_only_this_runs_rows_are_listed(tmp_path, monkeypatch):
     [
         ("first_kernels", ["00_first_kernels"]),
         ("machine", ["01_machine"]),
-        ("ssim", ["02_ssim_worklog", "02b_ssim_beyond"]),
-        ("probes", ["04a_probes_compute", "04b_probes_memory"]),
+        (
+            "ssim",
+            ["02_ssim_worklog", "02b_ssim_beyond", "02b_ssim_beyond_deep_profile", "02b_ssim_beyond_deep_training"],
+        ),
+        (
+            "probes",
+            [
+                "04a_probes_compute",
+                "04a_probes_compute_deep_regbanks",
+                "04b_probes_memory",
+                "04b_probes_memory_deep_caches",
+                "04b_probes_memory_deep_launch",
+            ],
+        ),
         ("implicit_gemm", ["05_implicit_gemm", "05_implicit_gemm_deep_profile"]),  # its deep dive reruns with it
     ],
 )
