@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+# nbval executes every notebook in make test (in the simulator, 'full' falls back to 'ci'); papermill's
+# parameter injection, which make rerun uses, is proven on the first chapter only, to keep CI's time.
+@pytest.mark.parametrize("notebook", NOTEBOOKS[:1], ids=lambda p: p.stem)
 def test_notebook_runs_with_ci_profile(notebook, tmp_path):
     import papermill
 
