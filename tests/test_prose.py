@@ -38,8 +38,8 @@ def markdown(path: Path) -> str:
     return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
 
 
-def prose_lines(text: str) -> str:
-    """``text`` without its code blocks and directive options, keeping the bodies of prose directives."""
+def prose_lines(text: str, kept_directives=PROSE_DIRECTIVES) -> str:
+    """``text`` without its code blocks and directive options, keeping the bodies of ``kept_directives``."""
     kept, stack = [], []  # stack: (fence, keep) of the open blocks
     for line in text.splitlines():
         fence = FENCE.fullmatch(line.strip())
@@ -49,7 +49,7 @@ def prose_lines(text: str) -> str:
                 stack.pop()
             else:
                 name = info.strip()[1:].split("}")[0] if info and info.strip().startswith("{") else ""
-                stack.append((mark, name in PROSE_DIRECTIVES))
+                stack.append((mark, name in kept_directives))
             continue
         if all(keep for _, keep in stack) and not re.match(r"\s*:[\w-]+:", line):
             kept.append(line)
@@ -66,20 +66,8 @@ CHAPTERS = [p for p in NOTEBOOKS if DEEP not in p.stem]
 def core_words(text: str) -> int:
     """Words of prose a reader reads on the core path: Markdown outside code, directive options,
     exercises and solutions (activities with their own time in the syllabus); a glue role is one word."""
-    kept, stack = [], []
-    for line in text.splitlines():
-        fence = FENCE.fullmatch(line.strip())
-        if fence:
-            mark, info = fence.groups()
-            if not info and stack and stack[-1][0] == mark:
-                stack.pop()
-            else:
-                name = info.strip()[1:].split("}")[0] if info and info.strip().startswith("{") else ""
-                stack.append((mark, name in PROSE_DIRECTIVES - {"exercise", "solution"}))
-            continue
-        if all(keep for _, keep in stack) and not re.match(r"\s*:[\w-]+:", line):
-            kept.append(line)
-    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", GLUE_ROLE.sub("N", "\n".join(kept))))
+    prose = prose_lines(text, PROSE_DIRECTIVES - {"exercise", "solution"})
+    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", GLUE_ROLE.sub("N", prose)))
 
 
 def typed_numbers(text: str, allowed=frozenset()) -> list[str]:
