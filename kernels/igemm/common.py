@@ -313,6 +313,28 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
     return check.compare(out, ref, atol=float(f"{atol:.3g}"), rtol=1e-2, name=name or problem.label())
 
 
+def require_tensor_core_shape(problem: Problem) -> None:
+    """The shape constraints of the CUDA C++ steps (2-8), each error naming its remedy."""
+    c, k = problem.c, problem.k
+    if c % CHUNK:
+        raise ValueError(
+            f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
+            f"channels (16 bytes) at a time; pad the channels with zeros "
+            f"(a first layer's C = 3 becomes 8) or use step 1"
+        )
+    if k % CHUNK:
+        raise ValueError(
+            f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
+            f"store {CHUNK} channels at a time; pad the filters with zeros"
+        )
+    for name, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
+        if int(np.prod(shape)) > MAX_ELEMENTS:
+            raise ValueError(
+                f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
+                f"with 32-bit integers (at most {MAX_ELEMENTS}): split the batch"
+            )
+
+
 def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
     """Check every argument of ``step`` and return the Problem it describes; errors name the constraint."""
     info = step_info(step)
@@ -338,23 +360,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
     if problem.p < 1 or problem.q < 1:
         raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{wd} input (pad {pad})")
     if info.cuda_cpp:
-        if c % CHUNK:
-            raise ValueError(
-                f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
-                f"channels (16 bytes) at a time; pad the channels with zeros "
-                f"(a first layer's C = 3 becomes 8) or use step 1"
-            )
-        if k % CHUNK:
-            raise ValueError(
-                f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
-                f"store {CHUNK} channels at a time; pad the filters with zeros"
-            )
-        for name, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
-            if int(np.prod(shape)) > MAX_ELEMENTS:
-                raise ValueError(
-                    f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
-                    f"with 32-bit integers (at most {MAX_ELEMENTS})"
-                )
+        require_tensor_core_shape(problem)
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
     if bias is not None:
@@ -636,3 +642,131 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
     """The K at which the fixed cost equals the main loop: half the asymptotic rate."""
     check.finite_number(per_k_ms, "per_k_ms (the time per unit of K)", positive=True)
     return head_ms / per_k_ms
+
+
+# ---- Choosing a step per problem --------------------------------------------------------------------
+# A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-8) cuts the GEMM into tiles;
+# the SMs run them in waves of (SMs x blocks per SM); a tile costs its padded work, K rounded up to the
+# step's K step plus one K step for the prologue and the epilogue that no step overlaps with its math.
+# What one SM's blocks reach per second comes from the chapter's own stored run on the source problem:
+# the rate that makes this model give that run's time. A block alone on an SM is taken to reach it too.
+SLOT_RESERVED_BYTES = 1024  # the shared memory the runtime keeps per block
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A step and the parameters best_step picked for it, with the model's reasons."""
+
+    step: int
+    stages: int | None
+    tile: tuple[int, int]  # (rows of M, columns of N) per block tile
+    tiles: int  # block tiles of the problem
+    slots: int  # blocks of the step that fit on one SM at once
+    waves: int  # rounds of the SMs' slots over the tiles
+    fill: float  # the useful fraction of the padded tile work
+    estimate_ms: float | None  # the model's time; None where no stored rate calibrates it
+
+    @property
+    def kwargs(self) -> dict:
+        """The arguments ``launcher`` and ``conv`` take for it."""
+        return {"stages": self.stages} if self.stages is not None else {}
+
+    @property
+    def name(self) -> str:
+        return stored_name(self.step, self.stages)
+
+
+def stored_name(step: int, stages: int | None) -> str:
+    """The kernel name of (step, stages) in the chapter's results: the source's stem, and the stages
+    where the step has a pipeline (v6_wgmma_3stages; the chapter named step 5's default v5_epilogue)."""
+    stem = step_info(step).source.rsplit("/", 1)[-1].split(".")[0]
+    return stem if stages is None else f"{stem}_{stages}stages"
+
+
+def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int | None]]:
+    """Every (step, stages) of the tensor-core steps that ``props``'s GPU (default: this one, or the
+    reference GPU without one) can run on ``problem``; the shape errors of the steps where none can."""
+    require_problem(problem)
+    require_tensor_core_shape(problem)
+    props = props or device.target_properties()
+    out = []
+    for info in REGISTRY:
+        if not info.cuda_cpp:
+            continue
+        depths = range(info.stages[0], info.stages[1] + 1) if info.pipelined else (None,)
+        out += [(info.number, d) for d in depths if unsupported(info.number, props, d) is None]
+    return out
+
+
+def tile_model(step: int, stages: int | None, problem: Problem, props: dict) -> tuple:
+    """(tile, tiles, slots, waves, padded FLOP per tile) of ``step`` on ``problem``."""
+    info = step_info(step)
+    m, n, kd = problem.gemm
+    tile = (BLOCK_M, WS_BLOCK_N if info.specialized else BLOCK_N)
+    k_step = 64 if info.wgmma else 32
+    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    if info.specialized:
+        slots = 1  # 384 threads x 168 registers fill the register file
+    else:
+        smem = smem_bytes(step, stages) if info.pipelined else 2 * STAGE_BYTES  # steps 2-3: one A and B tile pair
+        by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
+        slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem))
+    waves = -(-tiles // (props["sms"] * slots))
+    tile_flops = 2 * tile[0] * tile[1] * (-(-kd // k_step) + 1) * k_step
+    return tile, tiles, slots, waves, tile_flops
+
+
+def _cost(step: int, stages: int | None, problem: Problem, props: dict) -> float:
+    """The model's time in units of one SM's time per FLOP: waves x tiles sharing an SM x tile work."""
+    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props)
+    sharing = min(slots, -(-tiles // props["sms"]))  # blocks on the busiest SM at once
+    return waves * sharing * tile_flops
+
+
+def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
+    """{(step, stages): the model's cost per ms} that make the model give the chapter's stored times of
+    the source problem (the reference GPU's run, or ``gpu_slug``'s); empty where none is stored."""
+    from ..harness import results
+
+    rows = results.latest("igemm", gpu_slug or results.REFERENCE_GPU)
+    rates = {}
+    for step, stages in variants(PROBLEM, props):
+        names = [stored_name(step, stages)]
+        if stages == default_stages(step):
+            names.append(stored_name(step, None))  # v5_epilogue: the default depth without its count
+        for name in names:
+            row = rows.get((name, "source problem", "ms"))
+            if row and float(row["value"]) > 0:
+                rates[(step, stages)] = _cost(step, stages, PROBLEM, props) / float(row["value"])
+                break
+    return rates
+
+
+def best_step(problem: Problem, props: dict | None = None, rates: dict | None = None) -> Choice:
+    """The step and pipeline depth the model expects fastest on ``problem``, for the GPU ``props``
+    describes (default: this one, or the reference GPU without one).
+
+    ``rates`` ({(step, stages): rate}, default ``stored_rates``) calibrates each variant; only variants
+    with a rate compete. Without any (no stored run), the fallback: the variant with the fewest
+    waves x tiles sharing an SM x tile work, ties to the later step at its default depth. Shapes no
+    tensor-core step takes (C or K not a multiple of 8, over 2^31 elements) raise the steps' own errors."""
+    require_problem(problem)
+    props = props or device.target_properties()
+    eligible = variants(problem, props)
+    if not eligible:
+        raise ValueError(f"problem: no tensor-core step runs on a GPU of compute capability {props['cc']}")
+    rates = stored_rates(props) if rates is None else rates
+    timed = [v for v in eligible if v in rates]
+
+    def summary(step, stages, ms):
+        tile, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props)
+        fill = problem.flops / (tiles * tile_flops)
+        return Choice(step, stages, tile, tiles, slots, waves, fill, ms)
+
+    if timed:
+        ms = {v: _cost(*v, problem, props) / rates[v] for v in timed}
+        step, stages = min(timed, key=lambda v: (ms[v], -v[0]))
+        return summary(step, stages, ms[(step, stages)])
+    defaults = [v for v in eligible if v[1] == default_stages(v[0])]
+    step, stages = min(defaults, key=lambda v: (_cost(*v, problem, props), -v[0]))
+    return summary(step, stages, None)

@@ -1,0 +1,227 @@
+"""best_step against cuDNN on ResNet- and VGG-like layers: every eligible step and cuDNN timed on each
+shape, each result checked against the float32 reference, the rows recorded in the chapter's CSV.
+
+    python3 -m kernels.igemm.shapes
+
+On a GPU it times and records, then prints the table; without one it prints one line and exits 1.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from ..harness import check, device, results
+from . import common as ig
+
+CHAPTER = "igemm"
+PREFIX = "shape_"  # the kernel names of this table's rows, apart from the chapter's source-problem rows
+# Layers of ResNet-50 and VGG-16 at small and odd batches, and the source problem: name -> Problem.
+SHAPES = {
+    "source N256 14x14 256-512": ig.PROBLEM,
+    "ragged N7 17x19 64-200": ig.Problem(n=7, h=17, w=19, c=64, k=200),
+    "stride-2 N4 28x28 96-96": ig.Problem(n=4, h=28, w=28, c=96, k=96, stride=2),
+    "resnet conv2 N32 56x56 64-64": ig.Problem(n=32, h=56, w=56, c=64, k=64),
+    "resnet conv5 N16 7x7 512-512": ig.Problem(n=16, h=7, w=7, c=512, k=512),
+    "1x1 reduce N8 28x28 512-128": ig.Problem(n=8, h=28, w=28, c=512, k=128, r=1, s=1, pad=0),
+    "1x1 stride-2 N16 56x56 256-512": ig.Problem(n=16, h=56, w=56, c=256, k=512, r=1, s=1, pad=0, stride=2),
+    "vgg conv1 N1 224x224 64-64": ig.Problem(n=1, h=224, w=224, c=64, k=64),
+    "vgg conv5 N1 14x14 512-512": ig.Problem(n=1, h=14, w=14, c=512, k=512),
+    "vgg conv3 N8 56x56 256-256": ig.Problem(n=8, h=56, w=56, c=256, k=256),
+}
+BASELINES = {"cudnn_frontend": "cuDNN frontend, fastest plan", "torch": "PyTorch channels-last, cudnn.benchmark"}
+WARMUP, REPEAT = 5, 30
+
+
+def kernels() -> tuple[str, ...]:
+    """Every kernel name this table's rows may carry."""
+    names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in _depths(info)}
+    return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
+
+
+def _depths(info: ig.Step) -> tuple:
+    return tuple(range(info.stages[0], info.stages[1] + 1)) if info.pipelined else (None,)
+
+
+def _time(launch: Callable[[], None]) -> float:
+    from ..harness import timing
+
+    return timing.benchmark(launch, warmup=WARMUP, repeat=REPEAT).median_ms
+
+
+def _step_launch(step: int, stages, x, w, out, problem: ig.Problem):
+    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages)
+
+
+def _cudnn_frontend(problem: ig.Problem, x, w, out):
+    """The fastest plan's launcher; None with the reason printed where the frontend is missing."""
+    from .cudnn_conv import CudnnConv, missing
+
+    if why := missing():
+        print(f"cuDNN frontend left out: {why}")
+        return None
+    conv = CudnnConv(problem)
+    best = conv.fastest(conv.time_plans(x, w, out, repeat=REPEAT))
+    return conv.launcher(best.index, x, w, out)
+
+
+def _torch(problem: ig.Problem, x, w, out):
+    """F.conv2d on channels-last views of x and w with cudnn.benchmark, its NHWC result copied to ``out``
+    only for the check; None with the reason printed where PyTorch is missing."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as err:
+        print(f"PyTorch left out: {err}")
+        return None
+    torch.backends.cudnn.benchmark = True
+    xt = torch.from_dlpack(x).permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: channels-last
+    wt = torch.from_dlpack(w).permute(0, 3, 1, 2)
+    yt = torch.from_dlpack(out)
+
+    def launch():
+        y = F.conv2d(xt, wt, stride=problem.stride, padding=problem.pad)
+        if launch.copy:
+            yt.copy_(y.permute(0, 2, 3, 1))
+
+    launch.copy = True
+    return launch
+
+
+BASELINE_LAUNCHERS = {"cudnn_frontend": _cudnn_frontend, "torch": _torch}
+
+
+def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch, baselines=None, rng=None) -> list:
+    """Rows (kernel, problem, metric, value, unit) of every eligible step, best_step's choice and each
+    cuDNN baseline on every shape, each output checked against the float32 reference first: a wrong one
+    is printed and gets no row. ``timer(launch) -> ms``, ``step_launch`` and ``baselines`` are the GPU's
+    by default (the tests pass fakes)."""
+    shapes = SHAPES if shapes is None else shapes
+    baselines = BASELINE_LAUNCHERS if baselines is None else baselines
+    rng = rng or np.random.default_rng(5)
+    xp = device.xp()
+    rows = []
+    for name, problem in shapes.items():
+        x, w = ig.random_inputs(problem, rng, xp)
+        ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+        launches = []
+        for step, stages in ig.variants(problem):
+            out = xp.empty(problem.y_shape, dtype=np.float16)
+            launches.append((ig.stored_name(step, stages), out, step_launch(step, stages, x, w, out, problem)))
+        for kernel, make in baselines.items():
+            out = xp.empty(problem.y_shape, dtype=np.float16)
+            if (launch := make(problem, x, w, out)) is not None:
+                launches.append((kernel, out, launch))
+        ms = {}
+        for kernel, out, launch in launches:
+            check.poison(out)
+            launch()
+            verdict = ig.compare(out, ref, problem, name=f"{kernel} on {name}")
+            if not verdict.ok:
+                print(verdict)
+                continue
+            if hasattr(launch, "copy"):
+                launch.copy = False  # PyTorch's copy to the checked array is no part of its time
+            ms[kernel] = float(timer(launch))
+            rows.append({"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": ms[kernel], "unit": "ms"})
+        choice = ig.best_step(problem)
+        if choice.name in ms:
+            rows += [
+                {"kernel": PREFIX + "best_step", "problem": name, "metric": metric, "value": value, "unit": unit}
+                for metric, value, unit in (
+                    ("ms", ms[choice.name], "ms"),
+                    ("step", choice.step, ""),
+                    ("stages", choice.stages or 0, ""),
+                )
+            ]
+    return rows
+
+
+def table(rows: list[dict], props: dict | None = None, shapes: dict | None = None) -> list[dict]:
+    """One row per shape with stored times: best_step's choice, its rate, the fastest step measured, the
+    strongest cuDNN, their ratio (above 1: best_step is faster), the word and the model's reasons."""
+    props = props or device.target_properties()
+    shapes = SHAPES if shapes is None else shapes
+    at = {(r["kernel"], r["problem"], r["metric"]): float(r["value"]) for r in rows}
+    out = []
+    for name, problem in shapes.items():
+        chosen = at.get((PREFIX + "best_step", name, "ms"))
+        cudnn = {b: at[(PREFIX + b, name, "ms")] for b in BASELINES if (PREFIX + b, name, "ms") in at}
+        if chosen is None or not cudnn:
+            continue
+        step = int(at[(PREFIX + "best_step", name, "step")])
+        stages = int(at[(PREFIX + "best_step", name, "stages")]) or None
+        steps = {
+            k[0][len(PREFIX) :]: v
+            for k, v in at.items()
+            if k[1] == name and k[2] == "ms" and k[0][len(PREFIX) :] not in ("best_step", *BASELINES)
+        }
+        fastest = min(steps, key=steps.get)
+        base = min(cudnn, key=cudnn.get)
+        ratio = cudnn[base] / chosen
+        m, n, kd = problem.gemm
+        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props)
+        out.append(
+            {
+                "shape": name,
+                "M x N x K": f"{m} x {n} x {kd}",
+                "best_step": ig.stored_name(step, stages),
+                "TFLOP/s": problem.flops / chosen / 1e9,
+                "fastest step": fastest,
+                "cuDNN": base,
+                "cuDNN TFLOP/s": problem.flops / cudnn[base] / 1e9,
+                "ratio": ratio,
+                "verdict": "wins" if ratio > 1 else "loses",
+                "tiles per SM slot": tiles / (props["sms"] * slots),
+                "useful work": problem.flops / (tiles * tile_flops),
+                "FLOP/B": problem.flops / problem.bytes_compulsory,
+                "why": reason(problem, ratio > 1, tiles / (props["sms"] * slots), problem.flops / (tiles * tile_flops)),
+            }
+        )
+    return out
+
+
+def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float) -> str:
+    """The model's words for a win or a loss: a partial wave, padded tiles, or full waves."""
+    if occupancy < 1:
+        where = "cuDNN's larger tiles leave more SMs idle" if won else "cuDNN splits K or uses smaller tiles"
+        return f"less than one wave ({occupancy:.0%} of the slots): {where}"
+    if useful < 0.75:
+        return f"padded tiles: {useful:.0%} of the tile work is useful"
+    if won:
+        return "full waves, and cuDNN's kernel choice is not its fastest here"
+    return "full waves: cuDNN's main loop is faster (im2col by TMA, overlapped epilogue)"
+
+
+def summary(table_rows: list[dict]) -> dict:
+    """Shapes won, shapes measured, the geometric mean of the ratios, and the best and worst shape."""
+    ratios = [r["ratio"] for r in table_rows]
+    return {
+        "won": sum(r > 1 for r in ratios),
+        "shapes": len(ratios),
+        "geomean": math.exp(sum(math.log(r) for r in ratios) / len(ratios)),
+        "best": max(table_rows, key=lambda r: r["ratio"]),
+        "worst": min(table_rows, key=lambda r: r["ratio"]),
+        "fastest_chosen": sum(r["best_step"] == r["fastest step"] for r in table_rows),
+    }
+
+
+def main() -> int:
+    if not device.on_gpu():
+        print("needs a CUDA GPU: the shape table times every step and cuDNN")
+        return 1
+    rows = measure()
+    results.record(CHAPTER, rows)
+    for r in table(rows):
+        print(
+            f"{r['shape']:32s} {r['best_step']:28s} {r['TFLOP/s']:7.1f} TFLOP/s  {r['cuDNN']:15s} "
+            f"{r['cuDNN TFLOP/s']:7.1f}  ratio {r['ratio']:.2f} {r['verdict']}: {r['why']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

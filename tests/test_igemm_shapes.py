@@ -1,0 +1,156 @@
+"""best_step's choice per problem (its model, its constraints, its errors) and the shape table's
+measurement with fake launches and a fake timer in the simulator."""
+
+import numpy as np
+import pytest
+
+from gpus import A100, H100, T4
+from kernels.harness import results
+from kernels.igemm import common as ig
+from kernels.igemm import shapes
+
+SHAPES = list(shapes.SHAPES.values())
+
+
+def test_the_table_has_the_shapes_the_chapter_compares():
+    assert len(SHAPES) >= 8 and ig.PROBLEM in SHAPES
+    m_n = [p.gemm[:2] for p in SHAPES]
+    assert any(p.n < 8 for p in SHAPES), "a small batch"
+    assert any(m % ig.BLOCK_M and n % ig.BLOCK_N for m, n in m_n), "ragged M and N"
+    assert any(p.stride == 2 for p in SHAPES) and any(p.r == p.s == 1 for p in SHAPES)
+
+
+@pytest.mark.parametrize("problem", SHAPES, ids=lambda p: p.label())
+def test_best_step_picks_the_cheapest_calibrated_variant(problem):
+    rates = ig.stored_rates(H100)
+    assert rates, "the chapter's stored run calibrates the model"
+    choice = ig.best_step(problem, H100)
+    estimates = {v: ig._cost(*v, problem, H100) / r for v, r in rates.items() if v in ig.variants(problem, H100)}
+    assert choice.estimate_ms == min(estimates.values())
+    assert (choice.step, choice.stages) in estimates
+    info = ig.step_info(choice.step)
+    assert ig.unsupported(choice.step, H100, choice.stages) is None
+    if info.pipelined:
+        assert info.stages[0] <= choice.stages <= info.stages[1]
+    assert choice.tiles <= choice.waves * H100["sms"] * choice.slots < choice.tiles + H100["sms"] * choice.slots
+    assert 0 < choice.fill <= 1
+
+
+def test_best_step_on_the_source_problem_is_the_stored_fastest():
+    stored = results.latest("igemm", results.REFERENCE_GPU)
+    times = {
+        v: float(stored[(ig.stored_name(*v), "source problem", "ms")]["value"])
+        for v in ig.variants(ig.PROBLEM, H100)
+        if (ig.stored_name(*v), "source problem", "ms") in stored
+    }
+    fastest = min(times, key=times.get)
+    assert (ig.best_step(ig.PROBLEM, H100).step, ig.best_step(ig.PROBLEM, H100).stages) == fastest
+
+
+def test_best_step_rules_with_equal_rates():
+    """Equal rates leave the tiles: a narrow N wastes most of a 256-wide tile; where both tile widths
+    give the same work per SM, the later step wins the tie; a faster rate decides the rest."""
+    equal = {(6, 4): 1.0, (8, 4): 1.0}  # one block per SM each
+    narrow = ig.Problem(n=32, h=56, w=56, c=64, k=64)
+    assert ig.best_step(narrow, H100, equal).tile == (128, 128)
+    wide = ig.Problem(n=256, h=14, w=14, c=256, k=256)
+    assert ig._cost(6, 4, wide, H100) == ig._cost(8, 4, wide, H100)
+    assert ig.best_step(wide, H100, equal).step == 8
+    assert ig.best_step(narrow, H100, {**equal, (8, 4): 2.5}).step == 8
+
+
+def test_best_step_falls_back_to_default_depths_without_stored_rates():
+    choice = ig.best_step(ig.PROBLEM, H100, rates={})
+    assert choice.estimate_ms is None and choice.stages == ig.default_stages(choice.step)
+    costs = {s: ig._cost(s, ig.default_stages(s), ig.PROBLEM, H100) for s in ig.STEPS if s > 1}
+    assert costs[choice.step] == min(costs.values())
+
+
+def test_best_step_follows_the_gpu():
+    assert ig.best_step(ig.PROBLEM, A100).step in (2, 3, 4, 5)  # no wgmma before Hopper
+    assert ig.best_step(ig.PROBLEM, T4).step == 2  # WMMA only: mma.sync's ldmatrix steps need sm_80
+    with pytest.raises(ValueError, match="no tensor-core step runs on a GPU of compute capability 60"):
+        ig.best_step(ig.PROBLEM, {**T4, "cc": "60"})
+
+
+@pytest.mark.parametrize(
+    ("problem", "match"),
+    [
+        (ig.Problem(n=1, h=8, w=8, c=3, k=16), r"C = 3 is not a multiple of 8.*pad the channels with zeros"),
+        (ig.Problem(n=1, h=8, w=8, c=16, k=12), r"K = 12 output channels is not a multiple of 8.*pad the filters"),
+        (ig.Problem(n=2**15, h=128, w=128, c=8, k=8), r"x has 4294967296 elements.*32-bit integers.*split the batch"),
+    ],
+)
+def test_best_step_raises_the_steps_errors(problem, match):
+    with pytest.raises(ValueError, match=match):
+        ig.best_step(problem, H100)
+    if problem.c * problem.h < 2**20:  # the same words as a step's own validation
+        x = np.zeros(problem.x_shape, np.float16)
+        w = np.zeros(problem.w_shape, np.float16)
+        with pytest.raises(ValueError, match=match):
+            ig.validate(2, x, w)
+
+
+def test_best_step_wants_a_problem():
+    with pytest.raises(TypeError, match="problem: expected a Problem"):
+        ig.best_step((256, 14, 14, 256, 512))
+
+
+TINY = {"tiny": ig.CI_PROBLEM, "tiny stride 2": ig.Problem(n=1, h=7, w=9, c=8, k=16, stride=2)}
+
+
+def _fake(wrong=()):
+    """A step launcher that writes the reference (or zeros for the variants in ``wrong``), timed at
+    1 ms plus 0.1 ms per step, and baselines at 0.5 ms and 2 ms."""
+
+    def step_launch(step, stages, x, w, out, problem):
+        def launch():
+            ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+            out[...] = 0 if (step, stages) in wrong else ref
+
+        launch.ms = 1 + 0.1 * step
+        return launch
+
+    def baseline(ms):
+        def make(problem, x, w, out):
+            def launch():
+                out[...] = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+
+            launch.ms = ms
+            return launch
+
+        return make
+
+    return step_launch, {"cudnn_frontend": baseline(0.5), "torch": baseline(2.0)}
+
+
+def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
+    step_launch, baselines = _fake(wrong={(2, None)})
+    rows = shapes.measure(TINY, timer=lambda launch: launch.ms, step_launch=step_launch, baselines=baselines)
+    assert capsys.readouterr().out.count("FAIL  v2_wmma on tiny") == 2
+    kernels = {(r["kernel"], r["problem"]) for r in rows}
+    assert ("shape_v2_wmma", "tiny") not in kernels, "a wrong result gets no row"
+    assert {r["kernel"] for r in rows} <= set(shapes.kernels())
+    for name, problem in TINY.items():
+        n_variants = len(ig.variants(problem))
+        assert sum(r["problem"] == name and r["metric"] == "ms" for r in rows) == n_variants - 1 + 2 + 1
+        best = {r["metric"]: r["value"] for r in rows if r["problem"] == name and r["kernel"] == "shape_best_step"}
+        chosen = ig.best_step(problem)
+        assert best == {"ms": 1 + 0.1 * chosen.step, "step": chosen.step, "stages": chosen.stages or 0}
+    env = {"gpu_slug": "fake-gpu", "gpu": "Fake GPU", "date": "2026-01-01T00:00:00Z"}
+    path = results.record("igemm", rows, env=env, root=tmp_path)
+    stored = list(results.latest("igemm", "fake-gpu", root=tmp_path).values())
+    assert path.exists() and len(stored) == len(rows)
+    table = shapes.table(stored, H100, TINY)
+    assert [r["shape"] for r in table] == list(TINY)
+    for r in table:
+        step = ig.best_step(TINY[r["shape"]]).step
+        assert r["cuDNN"] == "cudnn_frontend" and r["ratio"] == pytest.approx(0.5 / (1 + 0.1 * step))
+        assert r["verdict"] == "loses" and r["fastest step"] == "v3_ldmatrix"  # step 2 was wrong
+    s = shapes.summary(table)
+    assert s["won"] == 0 and s["shapes"] == 2 and s["geomean"] < 1
+
+
+def test_the_shape_table_without_a_gpu(capsys):
+    assert shapes.main() == 1
+    assert capsys.readouterr().out == "needs a CUDA GPU: the shape table times every step and cuDNN\n"
