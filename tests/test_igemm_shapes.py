@@ -154,3 +154,20 @@ def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
 def test_the_shape_table_without_a_gpu(capsys):
     assert shapes.main() == 1
     assert capsys.readouterr().out == "needs a CUDA GPU: the shape table times every step and cuDNN\n"
+
+
+def test_a_baseline_that_rejects_a_shape_loses_that_shape_only(capsys):
+    step_launch, baselines = _fake()
+
+    def rejects(problem, x, w, out):
+        raise RuntimeError("no plan for this shape")
+
+    rows = shapes.measure(
+        {"tiny": ig.CI_PROBLEM},
+        timer=lambda launch: launch.ms,
+        step_launch=step_launch,
+        baselines={**baselines, "cudnn_frontend": rejects},
+    )
+    assert "cudnn_frontend left out on tiny: RuntimeError: no plan for this shape" in capsys.readouterr().out
+    assert {r["kernel"] for r in rows} >= {"shape_torch", "shape_best_step"}
+    assert "shape_cudnn_frontend" not in {r["kernel"] for r in rows}
