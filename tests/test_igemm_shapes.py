@@ -171,3 +171,16 @@ def test_a_baseline_that_rejects_a_shape_loses_that_shape_only(capsys):
     assert "cudnn_frontend left out on tiny: RuntimeError: no plan for this shape" in capsys.readouterr().out
     assert {r["kernel"] for r in rows} >= {"shape_torch", "shape_best_step"}
     assert "shape_cudnn_frontend" not in {r["kernel"] for r in rows}
+
+
+def test_stored_rows_without_a_gpu(tmp_path, monkeypatch, capsys):
+    rows = [{"kernel": "shape_torch", "problem": "tiny", "metric": "ms", "value": 0.5, "unit": "ms"}]
+    rows.append({"kernel": "v6_wgmma_3stages", "problem": "source problem", "metric": "ms", "value": 0.3, "unit": "ms"})
+    env = {"gpu_slug": results.REFERENCE_GPU, "gpu": "Reference GPU", "date": "2026-01-01T00:00:00Z"}
+    results.record("igemm", rows, env=env, root=tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    stored = shapes.measured_or_stored()
+    assert [(r["kernel"], r["value"]) for r in stored] == [("shape_torch", 0.5)]
+    said = capsys.readouterr().out
+    assert said == "(timing needs a GPU: showing 1 stored measurements of the shape table from Reference GPU)\n"
+    assert shapes.table(stored) == []  # no best_step row: the notebook says it is not measured yet

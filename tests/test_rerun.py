@@ -61,7 +61,10 @@ def test_only_this_runs_rows_are_listed(tmp_path, monkeypatch):
                 "04b_probes_memory_deep_launch",
             ],
         ),
-        ("implicit_gemm", ["05_implicit_gemm", "05_implicit_gemm_deep_profile"]),  # its deep dive reruns with it
+        (
+            "implicit_gemm",
+            ["05_implicit_gemm", "05_implicit_gemm_deep_profile", "05_implicit_gemm_deep_shapes"],
+        ),  # its deep dives rerun with it
     ],
 )
 def test_chapter_names_match_notebooks_by_prefix(chapter, stems):

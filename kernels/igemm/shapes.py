@@ -145,6 +145,17 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
     return rows
 
 
+def measured_or_stored() -> list[dict]:
+    """On a GPU: measure() recorded and returned (results.measured_or_stored). Otherwise the reference
+    GPU's newest rows of this table, with one short line saying so (not the names of all its kernels)."""
+    if device.on_gpu():
+        return results.measured_or_stored(CHAPTER, measure, kernels())
+    stored = [r for r in results.latest(CHAPTER, results.REFERENCE_GPU).values() if r["kernel"] in kernels()]
+    gpu = stored[0]["gpu"] if stored else results.REFERENCE_GPU
+    print(f"(timing needs a GPU: showing {len(stored)} stored measurements of the shape table from {gpu})")
+    return [{**r, "value": float(r["value"])} for r in stored]
+
+
 def table(rows: list[dict], props: dict | None = None, shapes: dict | None = None) -> list[dict]:
     """One row per shape with stored times: best_step's choice, its rate, the fastest step measured, the
     strongest cuDNN, their ratio (above 1: best_step is faster), the word and the model's reasons."""
@@ -190,14 +201,15 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
 
 
 def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float) -> str:
-    """The model's words for a win or a loss: a partial wave, padded tiles, or full waves."""
+    """The words for a win or a loss from the model's features: a partial wave, padded tiles, or full waves."""
     if occupancy < 1:
-        where = "cuDNN's larger tiles leave more SMs idle" if won else "cuDNN splits K or uses smaller tiles"
-        return f"less than one wave ({occupancy:.0%} of the slots): {where}"
+        if won:
+            return f"less than one wave ({occupancy:.0%} of the slots): what decides is how many SMs get work"
+        return f"less than one wave ({occupancy:.0%} of the slots): more busy SMs would need split K or smaller tiles"
     if useful < 0.75:
         return f"padded tiles: {useful:.0%} of the tile work is useful"
     if won:
-        return "full waves, and cuDNN's kernel choice is not its fastest here"
+        return "full waves: our main loop is faster on this shape"
     return "full waves: cuDNN's main loop is faster (im2col by TMA, overlapped epilogue)"
 
 
