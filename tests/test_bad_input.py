@@ -22,6 +22,7 @@ from kernels.igemm import banks
 from kernels.igemm import common as ig
 from kernels.igemm import memcheck as ig_memcheck
 from kernels.igemm import profile as ig_profile
+from kernels.igemm import shapes as ig_shapes
 from kernels.machine import copy as machine_copy
 from kernels.machine import fma
 from kernels.probes import batchnorm, compute, memory, nchw, reduction
@@ -462,6 +463,18 @@ FIXED = [
 ]
 
 CHECKED = [
+    (
+        "igemm.best_step: a tuple",
+        lambda: ig.best_step((256, 14, 14, 256, 512)),
+        TypeError,
+        "problem: expected a Problem",
+    ),
+    (
+        "igemm.best_step: C = 3",
+        lambda: ig.best_step(ig.FIRST_LAYER),
+        ValueError,
+        "C = 3 is not a multiple of 8.*pad the channels with zeros",
+    ),
     ("check.positive_int: a string", lambda: check.positive_int("3", "n"), ValueError, "n must be an integer, got '3'"),
     ("check.compare: a list", lambda: check.compare([1.0], np.ones(1), atol=0), TypeError, "got list"),
     (
@@ -634,8 +647,8 @@ def test_copy_launcher_copies_every_element(kernel, rng):
 @NO_GPU
 @pytest.mark.parametrize(
     "main",
-    [lambda: ig_memcheck.main([2]), lambda: bench.main(["V1"]), ig_profile.main, banks.main],
-    ids=["igemm.memcheck", "ssim.bench", "igemm.profile", "igemm.banks"],
+    [lambda: ig_memcheck.main([2]), lambda: bench.main(["V1"]), ig_profile.main, banks.main, ig_shapes.main],
+    ids=["igemm.memcheck", "ssim.bench", "igemm.profile", "igemm.banks", "igemm.shapes"],
 )
 def test_entry_points_without_a_gpu_say_so_and_fail(main, capsys):
     assert main() == 1
@@ -644,7 +657,7 @@ def test_entry_points_without_a_gpu_say_so_and_fail(main, capsys):
 
 
 @NO_GPU
-@pytest.mark.parametrize("module", ["kernels.igemm.memcheck", "kernels.ssim.bench"])
+@pytest.mark.parametrize("module", ["kernels.igemm.memcheck", "kernels.ssim.bench", "kernels.igemm.shapes"])
 def test_modules_run_without_a_gpu_exit_nonzero_with_one_line(module):
     proc = subprocess.run([sys.executable, "-m", module], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
