@@ -184,3 +184,19 @@ def test_stored_rows_without_a_gpu(tmp_path, monkeypatch, capsys):
     said = capsys.readouterr().out
     assert said == "(timing needs a GPU: showing 1 stored measurements of the shape table from Reference GPU)\n"
     assert shapes.table(stored) == []  # no best_step row: the notebook says it is not measured yet
+
+
+def test_a_step_that_cannot_build_loses_that_shape_only(capsys):
+    step_launch, baselines = _fake()
+
+    def fails_for_step_3(step, stages, x, w, out, problem):
+        if step == 3:
+            raise RuntimeError("step 3 was compiled to 200 registers")
+        return step_launch(step, stages, x, w, out, problem)
+
+    rows = shapes.measure(
+        {"tiny": ig.CI_PROBLEM}, timer=lambda launch: launch.ms, step_launch=fails_for_step_3, baselines=baselines
+    )
+    assert "v3_ldmatrix left out on tiny: RuntimeError: step 3 was compiled to 200 registers" in capsys.readouterr().out
+    kernels = {r["kernel"] for r in rows}
+    assert "shape_v3_ldmatrix" not in kernels and {"shape_v2_wmma", "shape_v8_tma_filters_4stages"} <= kernels
