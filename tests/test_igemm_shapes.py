@@ -200,3 +200,18 @@ def test_a_step_that_cannot_build_loses_that_shape_only(capsys):
     assert "v3_ldmatrix left out on tiny: RuntimeError: step 3 was compiled to 200 registers" in capsys.readouterr().out
     kernels = {r["kernel"] for r in rows}
     assert "shape_v3_ldmatrix" not in kernels and {"shape_v2_wmma", "shape_v8_tma_filters_4stages"} <= kernels
+
+
+@pytest.mark.parametrize(
+    ("step", "stages", "slots"),
+    [
+        (4, 3, 2),  # shared memory would take 4 blocks of 50 KB; 128 threads x 255 registers take 2
+        (6, 3, 2),  # 2 x (3 x 32 KB + 1 KB) fit in 228 KB, and 2 x 256 threads x 128 registers in 64 K
+        (6, 4, 1),
+        (8, 4, 1),  # 384 threads x 168 registers fill the register file
+    ],
+)
+def test_blocks_per_sm_follow_shared_memory_threads_and_registers(step, stages, slots):
+    assert ig.tile_model(step, stages, ig.PROBLEM, H100)[2] == slots
+    smaller = {**H100, "regs_per_sm": 32768}
+    assert ig.tile_model(step, stages, ig.PROBLEM, smaller)[2] == max(1, slots // 2)

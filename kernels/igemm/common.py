@@ -54,6 +54,7 @@ class Step:
     specialized: bool = False  # warp-specialized: 128x256 tiles, a grid of `blocks` walking them
     x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
+    max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
     @property
     def pipelined(self) -> bool:
@@ -114,6 +115,7 @@ REGISTRY = (
         stage_bytes=WGMMA_STAGE_BYTES,
         wgmma=True,
         epilogue=True,
+        max_registers=128,  # two blocks of 256 threads per SM
     ),
     Step(
         7,
@@ -127,6 +129,7 @@ REGISTRY = (
         wgmma=True,
         epilogue=True,
         specialized=True,
+        max_registers=WS_REGISTERS,
     ),
     Step(
         8,
@@ -141,6 +144,7 @@ REGISTRY = (
         epilogue=True,
         specialized=True,
         tma_filters=True,
+        max_registers=WS_REGISTERS,
     ),
 )
 _BY_NUMBER = {s.number: s for s in REGISTRY}
@@ -646,8 +650,9 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
 
 # ---- Choosing a step per problem --------------------------------------------------------------------
 # A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-8) cuts the GEMM into tiles;
-# the SMs run them in waves of (SMs x blocks per SM); a tile costs its padded work, K rounded up to the
-# step's K step plus one K step for the prologue and the epilogue that no step overlaps with its math.
+# the SMs run them in waves of SMs x blocks per SM (as shared memory, threads and registers allow); a
+# tile costs its padded work, K rounded up to the step's K step plus one K step for the prologue and
+# the epilogue that no step overlaps with its math.
 # What one SM's blocks reach per second comes from the chapter's own stored run on the source problem:
 # the rate that makes this model give that run's time. A block alone on an SM is taken to reach it too.
 SLOT_RESERVED_BYTES = 1024  # the shared memory the runtime keeps per block
@@ -705,12 +710,10 @@ def tile_model(step: int, stages: int | None, problem: Problem, props: dict) -> 
     tile = (BLOCK_M, WS_BLOCK_N if info.specialized else BLOCK_N)
     k_step = 64 if info.wgmma else 32
     tiles = -(-m // tile[0]) * -(-n // tile[1])
-    if info.specialized:
-        slots = 1  # 384 threads x 168 registers fill the register file
-    else:
-        smem = smem_bytes(step, stages) if info.pipelined else 2 * STAGE_BYTES  # steps 2-3: one A and B tile pair
-        by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
-        slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem))
+    smem = smem_bytes(step, stages) if info.pipelined else STAGE_BYTES  # steps 2-3: one A and B tile
+    by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
+    by_registers = props["regs_per_sm"] // (info.threads * -(-info.max_registers // 8) * 8)  # 8-register units
+    slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem, by_registers))
     waves = -(-tiles // (props["sms"] * slots))
     tile_flops = 2 * tile[0] * tile[1] * (-(-kd // k_step) + 1) * k_step
     return tile, tiles, slots, waves, tile_flops
