@@ -145,7 +145,7 @@ def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
     assert [r["shape"] for r in table] == list(TINY)
     for r in table:
         step = ig.best_step(TINY[r["shape"]]).step
-        assert r["cuDNN"] == "cudnn_frontend" and r["ratio"] == pytest.approx(0.5 / (1 + 0.1 * step))
+        assert r["cuDNN"] == shapes.BASELINES["cudnn_frontend"] and r["ratio"] == pytest.approx(0.5 / (1 + 0.1 * step))
         assert r["verdict"] == "loses" and r["fastest step"] == "v3_ldmatrix"  # step 2 was wrong
     s = shapes.summary(table)
     assert s["won"] == 0 and s["shapes"] == 2 and s["geomean"] < 1
@@ -215,3 +215,13 @@ def test_blocks_per_sm_follow_shared_memory_threads_and_registers(step, stages, 
     assert ig.tile_model(step, stages, ig.PROBLEM, H100)[2] == slots
     smaller = {**H100, "regs_per_sm": 32768}
     assert ig.tile_model(step, stages, ig.PROBLEM, smaller)[2] == max(1, slots // 2)
+
+
+def test_a_choice_passes_its_parameters_to_the_launcher():
+    import inspect
+
+    for problem in SHAPES:
+        choice = ig.best_step(problem, H100)
+        inspect.signature(ig.launcher).bind(choice.step, "x", "w", "out", **choice.kwargs)
+        assert choice.kwargs == ({} if choice.stages is None else {"stages": choice.stages})
+    assert ig.step_info(6).depths == (3, 4, 5) and ig.step_info(2).depths == (None,)

@@ -61,6 +61,11 @@ class Step:
         return self.stages is not None
 
     @property
+    def depths(self) -> tuple:
+        """Every pipeline depth the step takes; (None,) for a step without a pipeline."""
+        return tuple(range(self.stages[0], self.stages[1] + 1)) if self.pipelined else (None,)
+
+    @property
     def cuda_cpp(self) -> bool:
         """CUDA C++ on the tensor cores (steps 2 on), not Numba."""
         return self.source.endswith(".cu")
@@ -698,8 +703,7 @@ def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int
     for info in REGISTRY:
         if not info.cuda_cpp:
             continue
-        depths = range(info.stages[0], info.stages[1] + 1) if info.pipelined else (None,)
-        out += [(info.number, d) for d in depths if unsupported(info.number, props, d) is None]
+        out += [(info.number, d) for d in info.depths if unsupported(info.number, props, d) is None]
     return out
 
 

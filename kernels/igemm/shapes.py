@@ -39,12 +39,8 @@ WARMUP, REPEAT = 5, 30
 
 def kernels() -> tuple[str, ...]:
     """Every kernel name this table's rows may carry."""
-    names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in _depths(info)}
+    names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in info.depths}
     return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
-
-
-def _depths(info: ig.Step) -> tuple:
-    return tuple(range(info.stages[0], info.stages[1] + 1)) if info.pipelined else (None,)
 
 
 def _time(launch: Callable[[], None]) -> float:
@@ -189,7 +185,7 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
                 "best_step": ig.stored_name(step, stages),
                 "TFLOP/s": problem.flops / chosen / 1e9,
                 "fastest step": fastest,
-                "cuDNN": base,
+                "cuDNN": BASELINES[base],
                 "cuDNN TFLOP/s": problem.flops / cudnn[base] / 1e9,
                 "ratio": ratio,
                 "verdict": "wins" if ratio > 1 else "loses",
@@ -240,7 +236,7 @@ def main() -> int:
         print(f"{name}: {time.perf_counter() - start:.0f} s", flush=True)
     for r in table(rows):
         print(
-            f"{r['shape']:32s} {r['best_step']:28s} {r['TFLOP/s']:7.1f} TFLOP/s  {r['cuDNN']:15s} "
+            f"{r['shape']:32s} {r['best_step']:28s} {r['TFLOP/s']:7.1f} TFLOP/s  {r['cuDNN']:38s} "
             f"{r['cuDNN TFLOP/s']:7.1f}  ratio {r['ratio']:.2f} {r['verdict']}: {r['why']}"
         )
     return 0
