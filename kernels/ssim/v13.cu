@@ -70,6 +70,7 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
 #pragma unroll
     for (int e = 0; e < 3; ++e) lo1[e] = lo2[e] = kInf, hi1[e] = hi2[e] = -kInf;
     const int first_row = max(0, y0 - kRadius), end_row = min(h, y0 + steps - kRadius);
+#pragma unroll 2  // two rows' loads in flight: the pass waits on DRAM, not on instructions
     for (int y = first_row; y < end_row; ++y) {
 #pragma unroll
       for (int e = 0; e < 3; ++e) {
