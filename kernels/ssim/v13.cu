@@ -4,8 +4,9 @@
 // two columns of a row in float, then into a double), the warp sums with shuffles, and lane 0 adds the
 // block's sum to the plane's double accumulator (atomicAdd: 1 per block).
 // With valid != 0 it counts only the pixels of the valid map (rows and columns kRadius .. size -
-// kRadius - 1). ssim_v13 (map and training) is V11; both kernels share the strip below, specialized by
-// mode, and a separate entry point keeps each kernel's code to the bodies it runs.
+// kRadius - 1). ssim_v13 (map and training) is V11 with the shift described below; all kernels share
+// the strip below, specialized by mode, and a separate entry point keeps each kernel's code to the bodies
+// it runs.
 // A third kernel, ssim_v13_train_mean, is the forward of a training step on the mean: the derivative
 // maps and the sum, no map, so neither the map's stores nor a second pass that reads it back remain.
 // Prediction: V11's compute time (it is issue-bound, not DRAM-bound) less the map's two store
