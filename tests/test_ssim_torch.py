@@ -1,6 +1,6 @@
 """The PyTorch training API (kernels/ssim/torch_ssim.py): a clear line without PyTorch; on a GPU the mean
-and dL/dimg1 against float64 at odd sizes, batch > 1 and one channel, both paddings. (The training deep dive
-sets the fastest peers' errors beside ours, against the same float64 reference.)"""
+and dL/dimg1, dL/dimg2 or both against float64 at odd sizes, batch > 1 and one channel, both paddings.
+(The training deep dive sets the fastest peers' errors beside ours, against the same float64 reference.)"""
 
 import sys
 
@@ -62,3 +62,34 @@ def test_bad_input_names_the_constraint():
         torch_ssim.fused_ssim(img1, img2.cpu())
     with pytest.raises(TypeError, match="img1: expected a float32 CUDA tensor"):
         torch_ssim.fused_ssim(img1.double(), img2)
+    with pytest.raises(TypeError, match="img2: expected a float32 CUDA tensor"):
+        torch_ssim.fused_ssim(img1, img2.half().requires_grad_(True))
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("wanted", [("img2",), ("img1", "img2")])
+@pytest.mark.parametrize("shape", [(1, 1, 11, 13), (2, 1, 37, 53), (2, 3, 70, 131)])
+@pytest.mark.gpu
+@needs_gpu
+def test_img2_gradient_matches_float64(shape, wanted, padding, rng):
+    """dL/dimg2 (the img1-gradient of the swapped call), alone or beside dL/dimg1; only the images that
+    require grad get one."""
+    torch = pytest.importorskip("torch")
+    seed = int(rng.integers(2**31))
+    a, b = common.test_images(shape, kind="structured", seed=seed)
+    img1, img2 = (torch.as_tensor(x, device="cuda").requires_grad_(f"img{k}" in wanted) for k, x in ((1, a), (2, b)))
+    mean = torch_ssim.fused_ssim(img1, img2, padding=padding)
+    (1 - mean).backward()
+    g = np.zeros(shape)
+    r = common.RADIUS
+    if padding == "valid":
+        g[..., r:-r, r:-r] = -1.0 / ((shape[-2] - 2 * r) * (shape[-1] - 2 * r) * shape[0] * shape[1])
+    else:
+        g[...] = -1.0 / np.prod(shape)
+    for name, t in (("img1", img1), ("img2", img2)):
+        if name not in wanted:
+            assert t.grad is None, name
+            continue
+        want = common.reference_backward(a, b, g, wrt=name)
+        got = t.grad.double().cpu().numpy()
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), f"{name} seed {seed}"

@@ -115,8 +115,13 @@ def reference(img1, img2, *, training: bool = False):
     return out if training else out[0]
 
 
-def reference_backward(img1, img2, grad_map):
-    """float64 dL/dimg1 given dL/dmap (same shape as the map)."""
+def reference_backward(img1, img2, grad_map, *, wrt: str = "img1"):
+    """float64 dL/dimg1 (or with wrt="img2" dL/dimg2) given dL/dmap (same shape as the map). SSIM is
+    symmetric in its two images, so dL/dimg2 is dL/dimg1 of the swapped pair."""
+    if wrt not in ("img1", "img2"):
+        raise ValueError(f"wrt: expected 'img1' or 'img2', got {wrt!r}")
+    if wrt == "img2":
+        img1, img2 = img2, img1
     x, y, g = (np.asarray(a, np.float64) for a in (img1, img2, grad_map))
     _, dmu1, ds11, ds12 = reference(x, y, training=True)
     # The blur with zero padding and a symmetric window is its own adjoint.
@@ -153,30 +158,97 @@ def test_images(shape, *, kind: str = "random", seed=None):
     raise ValueError(f"kind must be 'random' or 'structured', got {kind!r}")
 
 
-def float32_model(img1, img2, *, shift: float = SHIFT) -> np.ndarray:
+# V13's shift tile (v13.cu): each thread shifts its two columns of one 72-row strip by a value that follows
+# the data (``tile_shift``): (rows, columns).
+SHIFT_TILE = (72, 2)
+
+
+def tile_shift(img, y0: int, rows: int) -> np.ndarray:
+    """V13's shift of each output column of the strip of ``rows`` rows from row ``y0`` (shape (..., 1, W),
+    float32): the midrange (min + max) / 2 of the image pixels its thread's windows read (rows y0 - 5 ..
+    y0 + rows + 4, columns x - 5 .. x + 6 for the pair x, x + 1) where their range is under 0.5, else SHIFT.
+    Every pixel u = x - shift then lies within 0.25 of 0 or no farther from it than with SHIFT."""
+    a = np.asarray(img, np.float32)
+    h, w = a.shape[-2:]
+    rows_in = a[..., max(0, y0 - RADIUS) : min(h, y0 + rows + RADIUS), :]
+    first = np.arange(w) // SHIFT_TILE[1] * SHIFT_TILE[1]
+    pad = [(0, 0)] * (a.ndim - 2) + [(RADIUS, RADIUS + 1)]
+    window = np.lib.stride_tricks.sliding_window_view
+    lo = window(np.pad(rows_in.min(axis=-2), pad, constant_values=np.inf), 2 * RADIUS + 2, axis=-1)[..., first, :]
+    hi = window(np.pad(rows_in.max(axis=-2), pad, constant_values=-np.inf), 2 * RADIUS + 2, axis=-1)[..., first, :]
+    lo, hi = lo.min(axis=-1), hi.max(axis=-1)
+    mid = (hi + lo) * np.float32(0.5)
+    return np.where(hi - lo < np.float32(0.5), mid, SHIFT_F32).astype(np.float32)[..., None, :]
+
+
+def float32_model(img1, img2, *, shift: float | str = SHIFT) -> np.ndarray:
     """The kernels' float32 arithmetic emulated in NumPy: shift, x-pass then y-pass with one rounding per
     fused multiply-add (tap order 0..10, as on the GPU), then ``terms`` in float32. Only for showing
-    where float32 error comes from; shift=0 is the formula without the shift."""
-    s = np.float32(shift)
+    where float32 error comes from. ``shift``: one number for every pixel (0: the formula without the
+    shift), or "tile": V13's shift that follows the data (``tile_shift``); the zero padding becomes
+    minus the shift either way."""
+    if isinstance(shift, str) and shift != "tile":
+        raise ValueError(f"shift: expected a number or 'tile', got {shift!r}")
+    a, b = (np.asarray(v, np.float32) for v in (img1, img2))
+    h, w = a.shape[-2:]
+    rows = SHIFT_TILE[0] if shift == "tile" else h
     g = GAUSS.astype(np.float64)
-
-    def blur32(v):  # v: shifted values with the padding already in place
-        h, w = v.shape[-2] - 2 * RADIUS, v.shape[-1] - 2 * RADIUS
-        acc = np.zeros(v.shape[:-1] + (w,), np.float32)
-        for k in range(WINDOW):  # fmaf(g, v, acc): exact product, one rounding
-            acc = (g[k] * v[..., k : k + w] + acc).astype(np.float32)
-        out = np.zeros(v.shape[:-2] + (h, w), np.float32)
+    pad = [(0, 0)] * (a.ndim - 2) + [(RADIUS, RADIUS)] * 2
+    xp, yp = np.pad(a, pad), np.pad(b, pad)
+    out = np.empty(a.shape, np.float32)
+    for y0 in range(0, h, rows):
+        r = min(rows, h - y0)
+        if shift == "tile":
+            c1, c2 = tile_shift(a, y0, r), tile_shift(b, y0, r)
+        else:
+            c1 = c2 = np.float32(shift)
+        acc = [np.zeros(a.shape[:-2] + (r + 2 * RADIUS, w), np.float32) for _ in range(5)]
+        for k in range(WINDOW):  # fmaf(g, value, acc): exact product, one rounding
+            u = xp[..., y0 : y0 + r + 2 * RADIUS, k : k + w] - c1
+            v = yp[..., y0 : y0 + r + 2 * RADIUS, k : k + w] - c2
+            for m, val in enumerate((u, v, u * u, v * v, u * v)):
+                acc[m] = (g[k] * val + acc[m]).astype(np.float32)
+        mom = [np.zeros(a.shape[:-2] + (r, w), np.float32) for _ in range(5)]
         for k in range(WINDOW):
-            out = (g[k] * acc[..., k : k + h, :] + out).astype(np.float32)
-        return out
+            for m in range(5):
+                mom[m] = (g[k] * acc[m][..., k : k + r, :] + mom[m]).astype(np.float32)
+        mu1, mu2, ex2, ey2, exy = mom
+        s11, s22, s12 = ex2 - mu1 * mu1, ey2 - mu2 * mu2, exy - mu1 * mu2
+        mu1, mu2 = mu1 + c1, mu2 + c2
+        c1_, c2_, two = np.float32(C1), np.float32(C2), np.float32(2)
+        out[..., y0 : y0 + r, :] = (
+            (two * mu1 * mu2 + c1_) * (two * s12 + c2_) / ((mu1 * mu1 + mu2 * mu2 + c1_) * (s11 + s22 + c2_))
+        )
+    return out
 
-    pad = [(0, 0)] * (np.ndim(img1) - 2) + [(RADIUS, RADIUS)] * 2
-    x, y = (np.pad(np.asarray(a, np.float32) - s, pad, constant_values=-s) for a in (img1, img2))
-    mu1, mu2, ex2, ey2, exy = (blur32(v) for v in (x, y, x * x, y * y, x * y))
-    s11, s22, s12 = ex2 - mu1 * mu1, ey2 - mu2 * mu2, exy - mu1 * mu2
-    mu1, mu2 = mu1 + s, mu2 + s
-    c1, c2, two = np.float32(C1), np.float32(C2), np.float32(2)
-    return (two * mu1 * mu2 + c1) * (two * s12 + c2) / ((mu1 * mu1 + mu2 * mu2 + c1) * (s11 + s22 + c2))
+
+PHOTOS = ("astronaut", "chelsea", "coffee")  # scikit-image's bundled photographs (no download)
+DISTORTIONS = ("blur", "quantize", "noise")
+
+
+def photo_images(shape, photo: str = "astronaut", distortion: str = "blur", *, dark: bool = False, seed=None):
+    """float32 images (N, C, H, W): a scikit-image photograph scaled to H x W (channel c: its colour c % 3)
+    and a distorted copy: Gaussian blur (sigma 2), quantization to 16 levels or noise (sigma 0.05).
+    ``dark=True`` maps both into [0.02, 0.1]: a dark, low-contrast pair, where float32 SSIM is hardest."""
+    from scipy.ndimage import gaussian_filter
+    from skimage import data, transform
+
+    if photo not in PHOTOS:
+        raise ValueError(f"photo: expected one of {PHOTOS}, got {photo!r}")
+    if distortion not in DISTORTIONS:
+        raise ValueError(f"distortion: expected one of {DISTORTIONS}, got {distortion!r}")
+    n, c, h, w = (check.positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
+    rgb = transform.resize(getattr(data, photo)() / 255.0, (h, w), order=1, anti_aliasing=False)
+    a = np.broadcast_to(np.stack([rgb[..., k % 3] for k in range(c)]), (n, c, h, w))
+    if distortion == "blur":
+        b = gaussian_filter(a, sigma=(0, 0, 2, 2))
+    elif distortion == "quantize":
+        b = np.round(a * 15) / 15
+    else:
+        b = np.clip(a + 0.05 * np.random.default_rng(seed).standard_normal(a.shape), 0, 1)
+    if dark:
+        a, b = 0.02 + 0.08 * a, 0.02 + 0.08 * b
+    return a.astype(np.float32), b.astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------------

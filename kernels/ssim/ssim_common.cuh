@@ -179,13 +179,14 @@ __device__ __forceinline__ void store_pair(size_t i, int x, int w, const float d
 // V11 on: four moments instead of five. sigma1^2 and sigma2^2 enter SSIM (and its derivatives) only
 // through their sum, so the kernels blur u, v, u*u + v*v and u*v of the shifted images (m[0..3]) and
 // s11 + s22 = m[2] - m[0]^2 - m[1]^2. Otherwise ssim_fast: the same formula, outputs and derivatives.
+// The means get the shifts c1, c2 back: kShift, or in V13 the shifts that follow the data.
 namespace ssim {
 constexpr int kMoments4 = 4;
 
 __device__ __forceinline__ float ssim_fast4(size_t i, const float m[kMoments4], float* d_mu1, float* d_s11,
-                                            float* d_s12, bool training) {
+                                            float* d_s12, bool training, float c1 = kShift, float c2 = kShift) {
   const float s_sum = fmaf(-m[0], m[0], fmaf(-m[1], m[1], m[2])), s12 = fmaf(-m[0], m[1], m[3]);
-  const float mu1 = m[0] + kShift, mu2 = m[1] + kShift;
+  const float mu1 = m[0] + c1, mu2 = m[1] + c2;
   const float a = fmaf(mu1, mu1, fmaf(mu2, mu2, 1e-4f)), b = s_sum + 9e-4f;
   const float c = fmaf(2.f * mu1, mu2, 1e-4f), d = fmaf(2.f, s12, 9e-4f);
   float r;

@@ -2,14 +2,16 @@
 signature of rahul-goel/fused-ssim, on our kernels through DLPack (no copies).
 
     from kernels.ssim.torch_ssim import fused_ssim
-    loss = 1 - fused_ssim(img1, img2)   # (N, C, H, W) float32 CUDA tensors; img1 may require grad
+    loss = 1 - fused_ssim(img1, img2)   # (N, C, H, W) float32 CUDA tensors; either may require grad
     loss.backward()
 
 The forward is one launch of V13's fused mean in training mode: the float64 sum and the three
 derivative maps, no map. The backward of the mean is backward.cu (dL/dmap is one number), of the
-valid map's mean the Numba backward with a map that is zero on the border. With ``train=False`` (or
-an img1 that needs no gradient) the forward is V13's fused mean alone. PyTorch is optional: the
-rest of the book does not import this module.
+valid map's mean the Numba backward with a map that is zero on the border. SSIM is symmetric in its
+two images, so dL/dimg2 is the img1-gradient of the swapped call: an img2 that requires grad adds that
+call's forward and backward (and only such an img2: for img2 alone, the unswapped ones are not run).
+With ``train=False`` (or images that need no gradient) the forward is V13's fused mean alone. PyTorch
+is optional: the rest of the book does not import this module.
 """
 
 from __future__ import annotations
@@ -44,8 +46,14 @@ def _function():
         @staticmethod
         def forward(ctx, img1, img2, padding):
             a, b = _cupy(img1), _cupy(img2)
-            sums, derivs = common.fused_sums(MEAN, a, b, valid=padding == "valid", training=True)
-            ctx.save_for_backward(img1.detach(), img2.detach(), *(torch.from_dlpack(d) for d in derivs))
+            valid = padding == "valid"
+            # The images in the order whose img1-gradient is wanted: (a, b) for img1, (b, a) for img2.
+            ctx.wanted = [pair for pair, need in (((0, 1), img1.requires_grad), ((1, 0), img2.requires_grad)) if need]
+            saved = []
+            for first, second in ctx.wanted:
+                sums, derivs = common.fused_sums(MEAN, (a, b)[first], (a, b)[second], valid=valid, training=True)
+                saved += [torch.from_dlpack(d) for d in derivs]
+            ctx.save_for_backward(img1.detach(), img2.detach(), *saved)
             ctx.padding, ctx.pixels = padding, _pixels(a.shape, padding)
             return torch.from_dlpack(sums).sum().div(ctx.pixels).float()
 
@@ -53,21 +61,27 @@ def _function():
         def backward(ctx, grad_out):
             img1, img2, *derivs = ctx.saved_tensors
             g = (grad_out / ctx.pixels).float().reshape(1)  # dL/dmap where the mean counts, on the device
-            a, b, *d = (_cupy(t) for t in (img1, img2, *derivs))
-            if ctx.padding == "same":
-                grad = backward.run_constant(a, b, *d, _cupy(g))
-            else:
-                r = common.RADIUS
-                grad_map = torch.zeros_like(img1)
-                grad_map[..., r:-r, r:-r] = g
-                grad = backward.run(a, b, _cupy(grad_map), *d)
-            return torch.from_dlpack(grad), None, None
+            images = (_cupy(img1), _cupy(img2))
+            grads = [None, None, None]
+            for k, (first, second) in enumerate(ctx.wanted):
+                a, b = images[first], images[second]
+                d = [_cupy(t) for t in derivs[3 * k : 3 * k + 3]]
+                if ctx.padding == "same":
+                    grad = backward.run_constant(a, b, *d, _cupy(g))
+                else:
+                    r = common.RADIUS
+                    grad_map = torch.zeros_like(img1)
+                    grad_map[..., r:-r, r:-r] = g
+                    grad = backward.run(a, b, _cupy(grad_map), *d)
+                grads[first] = torch.from_dlpack(grad)
+            return tuple(grads)
 
     return FusedSSIM
 
 
 def fused_ssim(img1, img2, padding: str = "same", train: bool = True):
-    """Mean SSIM of two (N, C, H, W) float32 CUDA tensors, differentiable in img1 when ``train``."""
+    """Mean SSIM of two (N, C, H, W) float32 CUDA tensors, differentiable (when ``train``) in each image
+    that requires grad."""
     torch = _torch()
     if padding not in PADDINGS:
         raise ValueError(f"padding: expected one of {PADDINGS}, got {padding!r}")
@@ -75,7 +89,7 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True):
         if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != torch.float32:
             raise TypeError(f"{name}: expected a float32 CUDA tensor, got {getattr(t, 'dtype', type(t).__name__)}")
     img1, img2 = img1.contiguous(), img2.contiguous()
-    if train and img1.requires_grad and torch.is_grad_enabled():
+    if train and (img1.requires_grad or img2.requires_grad) and torch.is_grad_enabled():
         return _function().apply(img1, img2, padding)
     a, b = _cupy(img1), _cupy(img2)
     sums = common.fused_sums(MEAN, a, b, valid=padding == "valid")
