@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck python3 scripts/ssim_sanitize.py [VERSION ...]   # default: every version
 
 Inference and training mode of every version (and the fused mean, where a version has one), then the
-backward kernel; each result is checked against the float64 reference so a clean memcheck also means
+backward kernels: the Numba one on V4's derivative maps, and B1 on each fused-mean version's training
+forward; each result is checked against the float64 reference so a clean memcheck also means
 a correct map.
 """
 
@@ -42,12 +43,17 @@ def main(versions) -> int:
             for result in common.fused_checks(version, [shape]) if version in common.fused_mean_versions() else ():
                 failures += not result.ok
                 print(result)
-    _, d1, d2, d3 = common.run("V4", da, db, training=True)
-    g = cupy.full(a.shape, 1.0 / a.size, dtype=cupy.float32)
-    grad = backward.run(da, db, g, d1, d2, d3)
-    result = check.compare(grad, common.reference_backward(a, b, g.get()), atol=1e-6, name="backward")
-    failures += not result.ok
-    print(result)
+        g = cupy.full(a.shape, 1.0 / a.size, dtype=cupy.float32)
+        want = common.reference_backward(a, b, g.get())
+        _, d1, d2, d3 = common.run("V4", da, db, training=True)
+        grads = {"backward": backward.run(da, db, g, d1, d2, d3)}
+        for version in [v for v in versions if v in common.fused_mean_versions()]:
+            _, derivs = common.fused_sums(version, da, db, training=True)  # the mean-loss forward's kernel
+            grads[f"{version} training mean + B1"] = backward.run_constant(da, db, *derivs, 1.0 / a.size)
+        for name, grad in grads.items():
+            result = check.compare(grad, want, atol=1e-6, name=f"{name} {'x'.join(map(str, shape))}")
+            failures += not result.ok
+            print(result)
     cupy.cuda.runtime.deviceSynchronize()
     return 1 if failures else 0
 
