@@ -10,7 +10,7 @@ as arguments. A peer that cannot be imported gets one line saying so.
 Every candidate is called as ``fused_ssim(img1, img2, padding="same", train=...)`` (ours:
 torch_ssim.py) on float32 CUDA tensors, and for the map the call under it: the peer's
 ``FusedSSIMMap.apply`` (what its ``fused_ssim`` averages), ours ``common.run`` of the API's version
-through DLPack. Each is timed per call (``CALL``): CUDA events around the Python call, the median after
+through DLPack. Each is timed per call: CUDA events around the Python call, the median after
 a warm-up, with the GPU held while the calls are queued (timing.benchmark), so a time is the GPU time
 of everything the call launches, its small PyTorch operations included; the host's launch cost is
 hidden as long as the host queues calls faster than the GPU runs them.
