@@ -66,3 +66,76 @@ def test_peers_are_pinned_and_built_for_this_gpu():
     flags = '"nvcc": ["-O3", "--use_fast_math", "-arch=sm_89"]'
     assert for_this_gpu(flags, "90") == flags.replace("sm_89", "sm_90")
     assert for_this_gpu("no flags", "90") == "no flags"
+
+
+def test_the_peers_named_are_the_peers_built():
+    from build_ssim_peers import PEERS
+
+    assert training.PEERS == {name: repo for name, (repo, _) in PEERS.items()}
+
+
+def test_the_slow_peers_are_compared_on_a_metric_the_fast_ones_have():
+    from kernels.ssim import bench
+
+    assert set(bench.PEER_METRIC.values()) <= set(training.PEER_METRICS)
+
+
+def test_rows_are_read_per_candidate_at_one_shape():
+    rows = [
+        {"kernel": "ours", "problem": "1x3x8x8", "metric": "inference mean", "value": "0.5"},
+        {"kernel": "ours", "problem": "1x3x4x4", "metric": "inference mean", "value": "0.1"},
+        {"kernel": "fused-ssim", "problem": "1x3x8x8", "metric": "inference map", "value": 2.0},
+    ]
+    assert training.by_candidate(rows, (1, 3, 8, 8)) == {
+        "ours": {"inference mean": 0.5},
+        "fused-ssim": {"inference map": 2.0},
+    }
+
+
+def test_a_peer_without_rows_gets_one_line():
+    assert training.absent({"ours": {}, **dict.fromkeys(training.PEERS, {})}) == []
+    lines = training.absent({"ours": {}, "fused-ssim": {}})
+    assert lines == [
+        "MrNeRF/optimized-fused-ssim was not built on this machine (SSIM_PEERS names its build): no rows for it"
+    ]
+    assert len(training.absent({})) == len(training.PEERS)
+
+
+def test_peers_are_compared_where_both_were_timed_closest_first():
+    ours = {"inference map": 1.0, "inference mean": 0.5, "training forward": None}
+    peers = {"a": {"inference map": 3.0, "training forward": 1.0}, "b": {"inference mean": 1.0, "training step": 9.0}}
+    got = training.ratios(ours, peers)
+    want = [("b", "inference mean", 2.0), ("a", "inference map", 3.0)]
+    assert [(r["peer"], r["metric"], r["x ours"]) for r in got] == want
+    assert training.ratios({}, peers) == []
+
+
+def test_the_stored_run_compares_ours_with_each_built_peer():
+    # what 02b's comparison reads without a GPU: the reference GPU's per-call rows of ours and every peer
+    from kernels.harness import results
+
+    rows = list(results.latest(training.CHAPTER, results.REFERENCE_GPU, results.REPOSITORY).values())
+    found = training.by_candidate(rows, (1, 3, 2160, 3840))
+    assert training.absent(found) == []
+    api = training.ratios(found["ours"], {k: v for k, v in found.items() if k in training.PEERS})
+    assert {r["peer"] for r in api} == set(training.PEERS)
+    assert all(np.isfinite(r["x ours"]) and r["x ours"] > 0 for r in api)
+
+
+def test_a_peer_that_cannot_run_gets_a_line_not_a_crash(tmp_path, capfd):
+    # a folder whose fused_ssim cannot be imported: the worker fails in its own process, the others go on
+    (tmp_path / "fused_ssim").mkdir()
+    (tmp_path / "fused_ssim" / "__init__.py").write_text("raise ImportError('not built')\n")
+    rows = training.peer_rows((1, 1, 16, 16), {"broken": str(tmp_path)}, repeat=1)
+    out = capfd.readouterr().out
+    assert "broken: not measured (" in out
+    assert all(r["kernel"] != "broken" for r in rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+def test_our_api_is_timed_on_every_metric_the_peers_are():
+    pytest.importorskip("torch")
+    rows = training.peer_rows((1, 3, 64, 128), {}, repeat=3)
+    assert {r["metric"] for r in rows if r["kernel"] == "ours"} == set(training.PEER_METRICS)
+    assert all(np.isfinite(r["value"]) and r["value"] >= 0 for r in rows)

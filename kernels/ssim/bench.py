@@ -447,6 +447,10 @@ def hot_loop(version: str) -> dict:
     }
 
 
+# What each of ``peers`` returns, as the training page's metrics name it: a mean, or the 'same' map.
+PEER_METRIC = {"pytorch-msssim": "inference mean", "kornia": "inference map"}
+
+
 def peers() -> list[tuple[str, object]]:
     """Optional library SSIMs (PyTorch-based), as (name, fn(a, b)) for any image shape; missing ones skipped.
 

@@ -8,8 +8,12 @@ process each), e.g. ``TORCH_CUDA_ARCH_LIST=9.0 CUDA_ARCHITECTURES=90 python setu
 as arguments. A peer that cannot be imported gets one line saying so.
 
 Every candidate is called as ``fused_ssim(img1, img2, padding="same", train=...)`` (ours:
-torch_ssim.py) on float32 CUDA tensors and timed per call: CUDA events around the Python call, which
-include its launch overhead, as a training loop pays it; the median after a warm-up.
+torch_ssim.py) on float32 CUDA tensors, and for the map the call under it: the peer's
+``FusedSSIMMap.apply`` (what its ``fused_ssim`` averages), ours ``common.run`` of the API's version
+through DLPack. Each is timed per call: CUDA events around the Python call, the median after
+a warm-up, with the GPU held while the calls are queued (timing.benchmark), so a time is the GPU time
+of everything the call launches, its small PyTorch operations included; the host's launch cost is
+hidden as long as the host queues calls faster than the GPU runs them.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ from . import backward, common
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "ssim_training"
+PEERS = {  # name (SSIM_PEERS, the rows' kernel): the project it is built from (scripts/build_ssim_peers.py)
+    "fused-ssim": "rahul-goel/fused-ssim",
+    "optimized-fused-ssim": "MrNeRF/optimized-fused-ssim",
+}
 PEER_METRICS = {  # name: unit
+    "inference map": "ms",
     "inference mean": "ms",
     "training forward": "ms",
     "training step": "ms",
@@ -81,23 +90,37 @@ def _worker(name: str, shape: tuple, repeat: int) -> dict:
     import torch
 
     if name == "ours":
-        from kernels.ssim.torch_ssim import fused_ssim
+        import cupy
+
+        from kernels.ssim.torch_ssim import MEAN, fused_ssim
+
+        def ssim_map(x, y):
+            return torch.from_dlpack(common.run(MEAN, cupy.from_dlpack(x.detach()), cupy.from_dlpack(y)))
     else:
+        import fused_ssim as peer
         from fused_ssim import fused_ssim
+
+        def ssim_map(x, y):
+            return peer.FusedSSIMMap.apply(common.C1, common.C2, x.contiguous(), y, "same", False)
+
     a, b = common.test_images(shape, kind="structured", seed=7)
     img1 = torch.as_tensor(a, device="cuda").requires_grad_(True)
     img2 = torch.as_tensor(b, device="cuda")
 
-    def infer():
+    def infer(fn):
         with torch.no_grad():
-            fused_ssim(img1, img2, train=False)
+            fn(img1, img2)
+
+    def ssim_mean(x, y):
+        return fused_ssim(x, y, train=False)
 
     def step():
         img1.grad = None
         (1 - fused_ssim(img1, img2)).backward()
 
     found = {
-        "inference mean": timing.benchmark(infer, repeat=repeat).median_ms,
+        "inference map": timing.benchmark(lambda: infer(ssim_map), repeat=repeat).median_ms,
+        "inference mean": timing.benchmark(lambda: infer(ssim_mean), repeat=repeat).median_ms,
         "training forward": timing.benchmark(lambda: fused_ssim(img1, img2), repeat=repeat).median_ms,
         "training step": timing.benchmark(step, repeat=repeat).median_ms,
     }
@@ -149,6 +172,37 @@ def peer_rows(shape, peers: dict[str, str], repeat: int = 50) -> list[dict]:
                 {"kernel": name, "problem": problem, "metric": metric, "value": value, "unit": PEER_METRICS[metric]}
             )
     return rows
+
+
+def by_candidate(rows: list[dict], shape) -> dict[str, dict[str, float]]:
+    """{kernel: {metric: value}} of the rows (measured or stored, such as peer_rows gives) at ``shape``."""
+    problem = "x".join(map(str, shape))
+    found: dict = {}
+    for r in rows:
+        if r["problem"] == problem:
+            found.setdefault(r["kernel"], {})[r["metric"]] = float(r["value"])
+    return found
+
+
+def absent(found: dict) -> list[str]:
+    """One line for each of PEERS with no rows among ``found`` ({kernel: ...})."""
+    return [
+        f"{repo} was not built on this machine (SSIM_PEERS names its build): no rows for it"
+        for name, repo in PEERS.items()
+        if name not in found
+    ]
+
+
+def ratios(ours: dict[str, float | None], peers: dict[str, dict[str, float]]) -> list[dict]:
+    """Each peer's time over ours, metric by metric, where both were measured: rows of peer, metric,
+    the two times and ``x ours`` (above 1: ours is faster), the closest competitor first."""
+    rows = [
+        {"peer": name, "metric": m, "peer ms": t, "ours ms": ours[m], "x ours": t / ours[m]}
+        for name, times in peers.items()
+        for m, t in times.items()
+        if ours.get(m)
+    ]
+    return sorted(rows, key=lambda r: r["x ours"])
 
 
 if __name__ == "__main__":  # the worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT
