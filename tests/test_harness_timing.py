@@ -22,6 +22,14 @@ def test_rates():
 
 
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
+@pytest.mark.parametrize("kwargs", [{"repeat": 0}, {"batches": 0}, {"warmup": -1}])
+def test_per_call_validates_arguments(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        timing.per_call(lambda: None, **kwargs)
+    with pytest.raises(TypeError, match="fn"):
+        timing.per_call(42)
+
+
 def test_benchmark_without_gpu_is_a_clear_error():
     with pytest.raises(RuntimeError, match="timing needs a GPU"):
         timing.benchmark(lambda: None)
@@ -57,3 +65,21 @@ def test_benchmark_calls_and_returns_what_it_says(flush_l2):
     assert len(t.times_ms) == 7 and all(np.isfinite(x) and x > 0 for x in t.times_ms), t.times_ms
     assert "median of 7" in str(t)
     assert all(bool((b == 1.0).all()) for b in buffers)
+
+
+@pytest.mark.gpu
+def test_per_call_times_each_batch_of_calls():
+    """``batches`` x ``repeat`` calls after ``warmup``, one finite positive time per batch."""
+    import cupy
+
+    buf = cupy.empty(1 << 20, np.float32)
+    calls = []
+
+    def fill():
+        calls.append(1)
+        buf.fill(2.0)
+
+    t = timing.per_call(fill, warmup=2, repeat=4, batches=3)
+    assert len(calls) == 2 + 3 * 4
+    assert len(t.times_ms) == 3 and all(np.isfinite(x) and x > 0 for x in t.times_ms), t.times_ms
+    assert bool((buf == 2.0).all())

@@ -108,6 +108,33 @@ def benchmark(
     return Timing(tuple(cupy.cuda.get_elapsed_time(s, e) for s, e in events))
 
 
+def per_call(fn: Callable, *, warmup: int = 5, repeat: int = 50, batches: int = 5) -> Timing:
+    """Wall-clock milliseconds per call as a loop runs ``fn``: ``repeat`` calls back to back, one
+    synchronisation, the host's clock around both; one time per batch. Unlike ``benchmark`` the GPU is
+    not held, so the host's launch cost counts wherever it exceeds the GPU's work: what a training
+    loop pays."""
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable that launches the kernel, got {type(fn).__name__}")
+    check.nonnegative_int(warmup, "warmup")
+    check.positive_int(repeat, "repeat")
+    check.positive_int(batches, "batches")
+    if device.MODE != device.GPU:
+        raise RuntimeError("timing needs a GPU; this run uses the CUDA simulator")
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(batches):
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        cupy.cuda.Device().synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / repeat)
+    return Timing(tuple(times))
+
+
 def _hold_gpu(seconds: float):
     from .cuda_cpp import load
 
