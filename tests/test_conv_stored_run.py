@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernels.conv import stored_run
+from kernels.conv import registry, stored_run
 from kernels.harness import device, results
 
 
@@ -43,3 +43,14 @@ def test_predict_all_falls_back_to_the_stored_predictions_where_sass_is_missing(
     if not device.on_gpu():  # the simulator cannot compile Numba's kernels: the stored prediction stands in
         assert pred.gflops[("NAIVE", "conv1")] == run.value("NAIVE", "predicted_gflops", "conv1")
     assert 0 < pred.gflops[("VECTORIZE & UNROLL", "conv2")] < run.ceil.fma_gflops
+
+
+def test_predict_all_predicts_every_cuda_stage_from_the_stored_rates_alone(run):
+    """The CUDA C++ stages need no stored row to be predicted: NVRTC's SASS and the run's rates suffice, so
+    a stage added after the stored run (SHARED C++) has its prediction before a GPU times it."""
+    cuda = [s.name for s in registry.REGISTRY if s.language == "cuda" and not s.runs]
+    timed = [(name, pname, None) for name in cuda for pname in stored_run.PROBLEMS]
+    assert ("SHARED C++", "conv1", None) in timed
+    pred = stored_run.predict_all(timed, run.w, run.lat, run.props, run.gpu_rates, {})
+    assert set(pred.model_of) == {(name, pname) for name, pname, _ in timed}
+    assert all(0 < v < run.ceil.fma_gflops for v in pred.gflops.values())

@@ -223,6 +223,7 @@ SLUG = {
     "COALESCING": "coal",
     "BLOCK TILING": "block",
     "SHARED": "shared",
+    "SHARED C++": "shared_cpp",
     "VECTORIZE & UNROLL": "vec",
     "REGISTER TILING": "reg",
     "DOUBLE BUFFER": "db",
