@@ -54,3 +54,14 @@ def test_predict_all_predicts_every_cuda_stage_from_the_stored_rates_alone(run):
     pred = stored_run.predict_all(timed, run.w, run.lat, run.props, run.gpu_rates, {})
     assert set(pred.model_of) == {(name, pname) for name, pname, _ in timed}
     assert all(0 < v < run.ceil.fma_gflops for v in pred.gflops.values())
+
+
+def test_gain_split_shares_the_time_saved():
+    """Rates 1, 2, 4: the step saves 3/4 of the time, the middle stage 1/2 of it: two thirds."""
+    assert stored_run.gain_split(1.0, 2.0, 4.0) == pytest.approx(2 / 3)
+    assert stored_run.gain_split(1.0, 4.0, 4.0) == pytest.approx(1.0)
+    assert stored_run.gain_split(2.0, 1.0, 4.0) < 0  # the middle stage is slower than the first
+    with pytest.raises(ValueError, match="middle: expected a positive rate"):
+        stored_run.gain_split(1.0, 0.0, 4.0)
+    with pytest.raises(ValueError, match="the step must change the rate"):
+        stored_run.gain_split(3.0, 2.0, 3.0)

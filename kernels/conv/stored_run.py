@@ -216,6 +216,19 @@ def predict_all(timed, w, lat, props, gpu_rates: dict, ncu_counts: dict, stored:
 
 # --- the numbers the chapter's pages quote ------------------------------------------------------------
 
+
+def gain_split(before: float, middle: float, after: float) -> float:
+    """The share of the time a step from rate ``before`` to rate ``after`` saves (per FLOP) that a stage
+    between them, at rate ``middle``, already saves: (1/before - 1/middle) / (1/before - 1/after). Above 1
+    or below 0 where the middle stage overshoots or goes backwards."""
+    for v, name in ((before, "before"), (middle, "middle"), (after, "after")):
+        if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            raise ValueError(f"{name}: expected a positive rate, got {v!r}")
+    if before == after:
+        raise ValueError(f"before and after: the step must change the rate, got {before} for both")
+    return (1 / before - 1 / middle) / (1 / before - 1 / after)
+
+
 # glue names: one short name per stage
 SLUG = {
     "SEQ": "seq",
