@@ -65,3 +65,17 @@ def test_gain_split_shares_the_time_saved():
         stored_run.gain_split(1.0, 0.0, 4.0)
     with pytest.raises(ValueError, match="the step must change the rate"):
         stored_run.gain_split(3.0, 2.0, 3.0)
+
+
+def test_step_split_quotes_predicted_shares_and_measured_words_where_timed():
+    step = ("SHARED", "SHARED C++", "VECTORIZE & UNROLL")
+    predicted = {(s, p): r for p in stored_run.PROBLEMS for s, r in zip(step, (1.0, 2.0, 4.0), strict=True)}
+    untimed = stored_run.step_split(step, predicted, {("SHARED", "conv1"): 1.0}, "H100")
+    assert untimed["shared_cpp_lang_pred_conv1_pct"] == pytest.approx(100 * 2 / 3)
+    assert untimed["shared_cpp_tiles_pred_conv2_pct"] == pytest.approx(100 / 3)
+    assert "shared_cpp_lang_conv1_pct" not in untimed and "Not timed yet on the H100" in untimed["shared_cpp_measured"]
+    measured = {(s, p): r for p in stored_run.PROBLEMS for s, r in zip(step, (1000.0, 4000.0, 4000.0), strict=True)}
+    timed = stored_run.step_split(step, predicted, measured, "H100")
+    assert timed["shared_cpp_lang_conv2_pct"] == pytest.approx(100.0) and timed["shared_cpp_tiles_conv1_pct"] == 0
+    assert timed["shared_cpp_measured"].startswith("4.00 TFLOP/s on conv1 and 4.00 on conv2, 4.0 and 4.0 times SHARED")
+    assert "measured / predicted 2000.00" in timed["shared_cpp_measured"]
