@@ -517,6 +517,15 @@ def test_gpu_stage_matches_reference(stage, problem):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("stage", [s for s in cuda_stages.STAGES.values() if s.c_multiple == 1], ids=lambda s: s.name)
+@pytest.mark.parametrize("problem", [common.PROBLEMS["tiny"], ODD], ids=["tiny", "odd"])
+def test_gpu_scalar_cuda_stage_takes_any_channel_count(stage, problem):
+    """A CUDA C++ stage with one-word loads runs where C and K are no multiples of 4, as the Numba stages do."""
+    check.assert_close(*_run(stage, problem, seed=None), atol=common.tolerance(problem), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 def test_gpu_autotune_picks_a_correct_tile():
     import cupy
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.conv import common, cuda_stages, model, registry, stages
+from kernels.conv import common, cuda_stages, model, registry, stages, stored_run
 from kernels.harness import cuda_cpp, device
 
 CONV = Path(registry.__file__).parent
@@ -130,3 +130,26 @@ def test_the_model_reads_properties_not_names(spec):
         )
         for n_loops in range(4):
             assert model.trips(renamed, p, None, n_loops) == model.trips(spec.name, p, None, n_loops)
+
+
+def test_every_stage_has_a_glue_name():
+    assert set(registry.NAMES) <= set(stored_run.SLUG)
+    assert len(set(stored_run.SLUG.values())) == len(stored_run.SLUG)
+
+
+def test_shared_cpp_is_shared_in_cuda_cpp():
+    """The stage between SHARED and VECTORIZE & UNROLL changes the language only: SHARED's tile, launch
+    and one-word loads (any C and K), compiled by NVRTC; its loops are the ones the model counts."""
+    names = list(registry.NAMES)
+    assert names.index("SHARED C++") == names.index("SHARED") + 1 == names.index("VECTORIZE & UNROLL") - 1
+    numba, cpp = registry.get("SHARED"), registry.get("SHARED C++")
+    assert cpp.language == "cuda" and cpp.vector == 1 and not cpp.multiples
+    assert cpp.tile == {k.upper(): v for k, v in numba.tile.items()}
+    t = numba.tile
+    for p in (common.PROBLEMS["conv1"], common.PROBLEMS["conv2"], common.Problem("odd", n=1, c=5, k=6, h=13, w=5)):
+        # s4_shared's launch: blocks of (bn, by) threads over (pixels / (by x tm), K / bn)
+        grid = (-(-p.pixels // (t["by"] * t["tm"])), -(-p.k // t["bn"]), 1)
+        assert cuda_stages.geometry(cpp.name, cpp.tile, p) == (grid, (t["bn"], t["by"], 1))
+        assert model.launch_shape(cpp.name, p) == model.launch_shape(numba.name, p)
+    assert cuda_stages.STAGES[cpp.name].c_multiple == cuda_stages.STAGES[cpp.name].k_multiple == 1
+    assert model.sass_counts(cpp.name, common.PROBLEMS["conv2"]) is not None, "the SASS keeps the tap and chunk loops"

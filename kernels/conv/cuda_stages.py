@@ -137,4 +137,4 @@ def stage(name: str, tile: dict | None = None) -> Stage:
 
 
 STAGES = {name: stage(name) for name in FILES}  # with their default tiles
-S5, S6, S7, S8, S10 = STAGES.values()
+S4_1, S5, S6, S7, S8, S10 = STAGES.values()

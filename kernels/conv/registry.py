@@ -127,6 +127,17 @@ REGISTRY: tuple[StageSpec, ...] = (
         y_matrix=True,
     ),
     _cuda(
+        "SHARED C++",
+        "s4_1_shared_cpp.cu",
+        "conv_shared_cpp",
+        {key.upper(): v for key, v in s4_shared.GPU_TILE.items()},  # SHARED's tile, so the two cannot drift
+        vector=1,  # one-word loads: any C and K
+        multiples={},
+        pixel_keys=("BY", "TM"),
+        thread_pixels="TM",
+        thread_channels=1,
+    ),
+    _cuda(
         "VECTORIZE & UNROLL",
         "s5_vectorize_unroll.cu",
         "conv_vectorize_unroll",

@@ -216,6 +216,54 @@ def predict_all(timed, w, lat, props, gpu_rates: dict, ncu_counts: dict, stored:
 
 # --- the numbers the chapter's pages quote ------------------------------------------------------------
 
+
+def gain_split(before: float, middle: float, after: float) -> float:
+    """The share of the time a step from rate ``before`` to rate ``after`` saves (per FLOP) that a stage
+    between them, at rate ``middle``, already saves: (1/before - 1/middle) / (1/before - 1/after). Above 1
+    or below 0 where the middle stage overshoots or goes backwards."""
+    for v, name in ((before, "before"), (middle, "middle"), (after, "after")):
+        if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            raise ValueError(f"{name}: expected a positive rate, got {v!r}")
+    if before == after:
+        raise ValueError(f"before and after: the step must change the rate, got {before} for both")
+    return (1 / before - 1 / middle) / (1 / before - 1 / after)
+
+
+def step_split(step: tuple, predicted: dict, measured: dict, gpu: str) -> dict:
+    """What the pages quote of a stage that splits a step (``step``: before, middle, after; the middle stage
+    changes the language, the last the tiles and the loads): per problem, the middle stage's predicted
+    share of the time the step saves (``gain_split``) and the rest, the measured shares where all three
+    stages were timed, and the Measured words: the middle stage's rates and shares, or, where the run on
+    ``gpu`` did not time it, that it is not timed yet. {glue name: value}."""
+    before, middle, after = step
+    name, out, share = SLUG[middle], {}, {}
+    for pname in PROBLEMS:
+        lang = gain_split(*(predicted[(s, pname)] for s in step))
+        out[f"{name}_lang_pred_{pname}_pct"], out[f"{name}_tiles_pred_{pname}_pct"] = 100 * lang, 100 * (1 - lang)
+        if all((s, pname) in measured for s in step):
+            share[pname] = gain_split(*(measured[(s, pname)] for s in step))
+            out[f"{name}_lang_{pname}_pct"], out[f"{name}_tiles_{pname}_pct"] = (
+                100 * share[pname],
+                100 * (1 - share[pname]),
+            )
+    if len(share) < len(PROBLEMS):
+        out[f"{name}_measured"] = (
+            f"Not timed yet on the {gpu}: its stored run is older than this stage. The next run of this page "
+            "on a GPU times it and splits the step by measured rates."
+        )
+        return out
+    rate = {pname: measured[(middle, pname)] for pname in PROBLEMS}
+    c1, c2 = PROBLEMS
+    out[f"{name}_measured"] = (
+        f"{rate[c1] / 1e3:.2f} TFLOP/s on {c1} and {rate[c2] / 1e3:.2f} on {c2}, "
+        f"{rate[c1] / measured[(before, c1)]:.1f} and {rate[c2] / measured[(before, c2)]:.1f} times {before}'s "
+        f"rate; measured / predicted {rate[c1] / predicted[(middle, c1)]:.2f} and "
+        f"{rate[c2] / predicted[(middle, c2)]:.2f}. Of the time {after} saves over {before}, the language buys "
+        f"{100 * share[c1]:.0f}% on {c1} and {100 * share[c2]:.0f}% on {c2}, the tiles and vector loads the rest."
+    )
+    return out
+
+
 # glue names: one short name per stage
 SLUG = {
     "SEQ": "seq",
@@ -223,6 +271,7 @@ SLUG = {
     "COALESCING": "coal",
     "BLOCK TILING": "block",
     "SHARED": "shared",
+    "SHARED C++": "shared_cpp",
     "VECTORIZE & UNROLL": "vec",
     "REGISTER TILING": "reg",
     "DOUBLE BUFFER": "db",
