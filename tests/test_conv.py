@@ -457,12 +457,36 @@ def test_predict_composes_the_model():
     assert placed.efficiency is got.efficiency
     assert spread.place(None).prediction == got.prediction
     # the same chain with the pipes side by side: fewer slots per warp, so E rises and η can only fall
-    # (the same latency over less issue work); these waves are latency-bound, so the rate stays
+    # (the same latency over less issue work, issued one cycle per instruction); E's held slots make
+    # the step longer than side by side's, so side by side predicts the faster rate
     side = model.predict("SPLIT-K", p, w, lat, tile=tile, props=props, slots=perfmodel.side_by_side, **rates)
     side_eff = model.latency_efficiency("SPLIT-K", p, w, lat, tile, sass, slots=perfmodel.side_by_side)
+    free = model.latency_efficiency("SPLIT-K", p, w, lat, tile, sass, held=False)
     assert side.prediction.efficiency == perfmodel.efficiency(c, w, perfmodel.side_by_side) > got.prediction.efficiency
-    assert all(side_eff(n) <= eff(n) for n in (1, 2, 3)) and side_eff(1) < eff(1)
-    assert side.prediction.gflops == pytest.approx(got.prediction.gflops, rel=1e-3)
+    assert all(side_eff(n) <= free(n) for n in (1, 2, 3)) and side_eff(1) < free(1)
+    assert side.prediction.gflops > got.prediction.gflops
+
+
+def test_latency_term_holds_e_slots_for_two_warps_per_scheduler():
+    """An autotune candidate of 256 x 64 pixels and channels (BKC 16) fits one block of 8 warps per SM,
+    2 per scheduler, on conv2. Issued one cycle per instruction, they hide their loads' latency in the
+    slots E charges beyond one (η 1); holding E's slots, they do not. The last wave of 128 x 32 blocks
+    (BKC 8, SPLIT 2: 800 blocks, 6 per SM) is placed by the dependencies' pace, which spreads it, and
+    the waves run at the held pace."""
+    p = common.PROBLEMS["conv2"]
+    w = perfmodel.Weights(1.0, 4.0, 1.07)
+    lat = perfmodel.Latencies(alu=4, shared=23, global_=280, barrier=20, l1=32, l2_far=525)
+    tile = dict(BM=256, BN=64, BKC=16, SPLIT=1)
+    free = model.latency_efficiency("AUTOTUNE", p, w, lat, tile, held=False)
+    held = model.latency_efficiency("AUTOTUNE", p, w, lat, tile)
+    assert free(2) == 1.0 > held(2) and held(4) >= held(2)
+    props, rates = device.REFERENCE_PROPERTIES, dict(fma_gflops=63000.0, copy_gbps=3000.0, wavefront_rate=1e12)
+    tile = dict(BM=128, BN=32, BKC=8, SPLIT=2)
+    got = model.predict("AUTOTUNE", p, w, lat, tile=tile, props=props, **rates)
+    before = model.predict("AUTOTUNE", p, w, lat, tile=tile, props=props, held=False, **rates)
+    assert got.waves.per_sm == before.waves.per_sm == [6, 1]
+    assert got.efficiency(3) < before.efficiency(3) == 1.0
+    assert got.prediction.gflops < before.prediction.gflops
 
 
 def test_load_rate_kernels_measure_the_pipe_not_the_issue():

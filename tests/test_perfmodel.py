@@ -308,6 +308,26 @@ def test_more_warps_fill_the_wait():
         pm.scheduler_cycles(bar, LAT, warps=3, warps_per_block=2)
 
 
+def test_held_slots_hide_a_wait_only_behind_the_other_warps_slots():
+    """With E's weights each instruction holds the scheduler for its slots (here a load 4, other 2)."""
+    w = pm.Weights(1.0, 4.0, 2.0)
+    assert (
+        pm.scheduler_cycles(body("IADD3 R1, R5, 0x1, RZ\nIADD3 R2, R6, 0x1, RZ\nBRA `(.L_x_0)"), LAT, slot_weights=w)
+        == 6
+    )
+    # a load, the FFMA that reads it, 8 independent integer instructions: 4 + 1 + 16 + 2 = 23 slots a warp
+    step = body("LDS R1, [R0]\nFFMA R2, R1, R1, R2\n" + "IADD3 R3, R4, 0x1, RZ\n" * 8 + "BRA `(.L_x_0)")
+    issue = 23
+    # one warp: the FFMA waits for the load (20), then 1 + 16 + 2 slots: 39 cycles
+    assert pm.scheduler_cycles(step, LAT, slot_weights=w) == 39
+    # two warps: one cycle per instruction hides the wait in the slots E charges beyond it (eta 1);
+    # held slots leave the scheduler idle while both warps wait on their loads
+    free, held = (pm.scheduler_cycles(step, LAT, warps=2, slot_weights=sw) for sw in (None, w))
+    assert pm.issue_efficiency(2, issue, free) == 1.0 > pm.issue_efficiency(2, issue, held)
+    # four warps' slots cover the wait either way
+    assert pm.issue_efficiency(4, issue, pm.scheduler_cycles(step, LAT, warps=4, slot_weights=w)) == 1.0
+
+
 def test_cp_async_double_buffer_halves_the_wait():
     # the copy of iteration k lands 100 cycles after it issued; waiting for all groups costs the whole
     # latency each iteration (DEPBAR at 2 waits until 100, the next copy at 102); keeping one group in

@@ -308,6 +308,7 @@ def latency_efficiency(
     sass: str | None = None,
     l1_hit: float = 0.0,
     slots=perfmodel.taking_turns,
+    held: bool = True,
 ):
     """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps of
     this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp (the
@@ -316,7 +317,10 @@ def latency_efficiency(
     ``l1_hit`` (``l1_hit_rate``) and otherwise waits the far-L2 latency (``lat.l2_far``; ``lat.global_``
     if not measured): the stages' inputs are far larger than the near L2 probe's working set. A loop
     without a barrier re-reads input and filter lines that its own and neighbouring warps touched (L1
-    latency). None when the loops are not understood (no trip counts)."""
+    latency). ``held``: each instruction holds the scheduler for the slots E charges it (its class's
+    weight), so that a warp's wait hides only behind the slots of the other warps -- the issue the
+    efficiency is measured against; False: one cycle each, the pace of the dependencies alone (and
+    with ``slots`` other than E's). None when the loops are not understood (no trip counts)."""
     sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
     instructions = perfmodel.parse_sass(sass)
     loops = perfmodel.find_loops(instructions)
@@ -338,12 +342,13 @@ def latency_efficiency(
     issue = slots(perfmodel.Counts(**per_class), w)
     warps_per_block = math.ceil(launch_shape(stage, p, tile)[1] / 32)
     per_scheduler = max(1, warps_per_block // 4)  # a block's warps on one scheduler (barrier partners)
+    weights = w if held and slots is perfmodel.taking_turns else None
     cache: dict[int, float] = {}
 
     def efficiency(warps: int) -> float:
         if warps not in cache:
             partners = per_scheduler if warps % per_scheduler == 0 else 1
-            cycles = perfmodel.scheduler_cycles(body, lat, warps, partners)
+            cycles = perfmodel.scheduler_cycles(body, lat, warps, partners, slot_weights=weights)
             cache[warps] = perfmodel.issue_efficiency(warps, issue, cycles)
         return cache[warps]
 
@@ -393,8 +398,15 @@ def waves(
 
 
 def _occupancy(wv: Waves, sms: int, efficiency) -> float:
+    """The occupancy ratio of ``wv`` as placed (its last wave where ``waves`` put it) at ``efficiency``."""
+    partial = wv.blocks % (sms * wv.resident)
     return perfmodel.occupancy_ratio(
-        wv.blocks, sms, wv.warps_per_block, wv.resident, efficiency=efficiency, tail_per_sm=wv.tail
+        wv.blocks,
+        sms,
+        wv.warps_per_block,
+        wv.resident,
+        efficiency=efficiency,
+        tail_per_sm=wv.per_sm[-1] if partial else None,
     )
 
 
@@ -443,13 +455,18 @@ def predict(
     counts: perfmodel.Counts | None = None,
     busiest_sm_blocks: int | None = None,
     slots=perfmodel.taking_turns,
+    held: bool = True,
 ) -> StagePrediction | None:
     """Everything the chapter's model says about ``stage`` on ``p``: SASS counts (``counts`` where the
     SASS loops are not understood; None if there are neither), the L1 hit rate and the latency term,
     the occupancy ratio of the launch's waves, and ``perfmodel.predict`` with the L1 wavefront bound
     and the epilogue. The rates are this GPU's: weights ``w``, latencies ``lat``, the FMA ceiling, the
     copy bandwidth and the LDS.32 wavefront rate (per second). ``slots``: the rule that charges the
-    issue slots, E's by default (``perfmodel.SLOT_RULES``)."""
+    issue slots, E's by default (``perfmodel.SLOT_RULES``). The waves run at the latency term's pace
+    with E's slots held (``latency_efficiency``); where the last, partial wave goes is decided by the pace
+    of the dependencies alone (``held=False``): whether warps wait on their own results, not whether
+    the issue slots hide those waits. ``held=False`` here: the model without held slots for both (as it
+    was before the autotune candidates tested it)."""
     sass, res = compiled(cuda_stage(stage), tile)
     c, counted_from = sass_counts(stage, p, tile, sass=sass), "SASS"
     if c is None:
@@ -458,10 +475,13 @@ def predict(
         return None
     props = props or device.properties()
     hit = l1_hit_rate(stage, p, res, tile, props)
-    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, slots=slots)
+    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, slots=slots, held=held)
+    pace = eff  # the pace the last wave's placement follows: the dependencies alone
+    if eff and held and slots is perfmodel.taking_turns:
+        pace = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, held=False)
 
     def place(busiest: int | None) -> StagePrediction:
-        wv = waves(stage, p, res, tile, props, eff, busiest)
+        wv = waves(stage, p, res, tile, props, pace, busiest)
         pr = perfmodel.predict(
             p.flops,
             c,

@@ -577,7 +577,12 @@ def _depbar_keep(ins: sass.Instruction) -> int:
 
 
 def scheduler_cycles(
-    body: list[sass.Instruction], lat: Latencies, warps: int = 1, warps_per_block: int = 1, iterations: int = 3
+    body: list[sass.Instruction],
+    lat: Latencies,
+    warps: int = 1,
+    warps_per_block: int = 1,
+    iterations: int = 3,
+    slot_weights: Weights | None = None,
 ) -> float:
     """Cycles one scheduler needs per iteration of ``body`` (instructions in issue order, inner loops
     already unrolled into it) with ``warps`` identical warps, in steady state: the mean of
@@ -591,12 +596,20 @@ def scheduler_cycles(
     have arrived (its warps on the other schedulers run the same schedule), then ``lat.barrier``.
     cp.async (LDGSTS) copies land after the global latency; DEPBAR.LE SB0, n waits until all but the n
     most recent commit groups (LDGDEPBAR) have landed. Branches are taken as falling through, as
-    ``sass_counts`` counts."""
+    ``sass_counts`` counts.
+
+    ``slot_weights``: each instruction holds the scheduler for its class's weight (``classify``), the
+    issue slots E charges it, so that a warp's wait is hidden only behind the slots E charges the
+    other warps; None: one cycle each."""
     if not body:
         raise ValueError("empty loop body")
     if warps < 1 or warps_per_block < 1 or warps % warps_per_block:
         raise ValueError(f"need warps >= 1, a multiple of warps_per_block >= 1; got {warps}, {warps_per_block}")
     operands = [register_operands(ins) for ins in body]
+    slot = [1.0] * len(body)
+    if slot_weights is not None:
+        per_class = {"fp32": slot_weights.compute, "ldst": slot_weights.ldst, "other": slot_weights.other}
+        slot = [per_class[classify(ins.opcode, ins.predicate)] for ins in body]
     n_total = len(body) * iterations
     pc = [0] * warps
     ready = [dict() for _ in range(warps)]  # register -> cycle its value can be read
@@ -638,10 +651,11 @@ def scheduler_cycles(
         elif ins.base == "DEPBAR":
             keep = _depbar_keep(ins)
             groups[w] = groups[w][max(0, len(groups[w]) - keep) :] if keep else []
-        hold[w] = now + 1
+        busy = slot[pc[w] % len(body)]
+        hold[w] = now + busy
         pc[w] += 1
         if pc[w] % len(body) == 0:
-            iteration_end[w][pc[w] // len(body) - 1] = now + 1
+            iteration_end[w][pc[w] // len(body) - 1] = now + busy
         if ins.base == "BAR":
             block = w // warps_per_block
             waiting = at_barrier.setdefault(block, [])
@@ -650,7 +664,7 @@ def scheduler_cycles(
                 for v in waiting:
                     hold[v] = now + lat.barrier
                 del at_barrier[block]
-        last, now = w, now + 1  # one issue per cycle
+        last, now = w, now + busy  # one issue per cycle, held for the instruction's slots
     ends = [max(e[i] for e in iteration_end) for i in range(iterations)]
     return (ends[-1] - ends[0]) / (iterations - 1) if iterations > 1 else ends[-1]
 
