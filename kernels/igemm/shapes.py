@@ -212,7 +212,8 @@ def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float) -> s
 
 
 def summary(table_rows: list[dict]) -> dict:
-    """Shapes won, shapes measured, the geometric mean of the ratios, and the best and worst shape."""
+    """Shapes won, shapes measured, the geometric mean of the ratios, the best and worst shape, and the
+    shapes lost by the class of their reason."""
     ratios = [r["ratio"] for r in table_rows]
     return {
         "won": sum(r > 1 for r in ratios),
@@ -221,6 +222,11 @@ def summary(table_rows: list[dict]) -> dict:
         "best": max(table_rows, key=lambda r: r["ratio"]),
         "worst": min(table_rows, key=lambda r: r["ratio"]),
         "fastest_chosen": sum(r["best_step"] == r["fastest step"] for r in table_rows),
+        # the layers lost, by the reason's class (the words ``reason`` starts with)
+        "lost": {
+            cls: sum(r["ratio"] <= 1 and r["why"].startswith(cls) for r in table_rows)
+            for cls in ("less than one wave", "padded tiles", "full waves")
+        },
     }
 
 
