@@ -100,8 +100,11 @@ def test_the_ledger_is_sorted_json_one_source_a_line(tree):
 def _session(plugin, reports, deselected=(), exitstatus=pytest.ExitCode.OK):
     """Feed a GpuVerdicts plugin what pytest would; return the line it prints in the summary."""
     plugin.pytest_deselected([SimpleNamespace(nodeid=n, keywords={"gpu": 1}) for n in deselected])
-    for nodeid, outcome in reports:
-        plugin.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, keywords={"gpu": 1}, outcome=outcome))
+    for nodeid, outcome, *xfail in reports:  # xfail: the reason of a test that failed as declared
+        report = SimpleNamespace(nodeid=nodeid, keywords={"gpu": 1}, outcome=outcome)
+        if xfail:
+            report.wasxfail = xfail[0]
+        plugin.pytest_runtest_logreport(report)
     plugin.pytest_sessionfinish(None, exitstatus)
     return plugin.message
 
@@ -127,6 +130,14 @@ def test_the_hook_takes_a_test_s_worst_phase(hook):
     )
     entries = gpu_ledger.load(plugin.path)
     assert set(entries) == set(gpu_ledger.sources()) and {e["verdict"] for e in entries.values()} == {"fail"}
+
+
+def test_the_hook_counts_a_declared_xfail_as_checked_and_a_plain_skip_as_not(hook):
+    plugin = hook()
+    _session(plugin, [("t::a", "passed"), ("t::b", "skipped", "misses 1e-5 by 0.5%")])
+    assert {e["verdict"] for e in gpu_ledger.load(plugin.path).values()} == {"pass"}
+    plugin = hook()
+    assert "1 of 2 gpu tests skipped" in _session(plugin, [("t::a", "passed"), ("t::b", "skipped")])
 
 
 def test_the_hook_records_a_pass_with_the_gpu_name(hook):
