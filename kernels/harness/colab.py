@@ -1,6 +1,7 @@
 """A chapter's first lines on Colab or on your own machine: install what Colab lacks, then pick the mode.
 
-    from kernels.harness import colab; colab.setup()
+    from kernels.harness import colab
+    colab.setup()
 
 Colab has most of the scientific stack but not numba-cuda; an old or a too-new NumPy is possible
 too. On Colab only, ``setup`` installs into the notebook's own interpreter, with pip, the pinned
