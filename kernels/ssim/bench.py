@@ -136,10 +136,10 @@ PROFILE_FORMATS = {
 
 def profile_values(counters: dict, versions, shape=common.BENCH_SHAPE) -> dict:
     """{glue name: value} of the counters the SSIM pages quote for each of ``versions`` (``v11_instr_px``,
-    ``v4_stall_1`` for its largest stall reason, ...)."""
+    ``v4_stall_1`` for its largest stall reason, ...); a version the stored profile predates has none."""
     px = float(np.prod(shape))
     values = {}
-    for v in versions:
+    for v in [v for v in versions if v in counters]:
         c, name = counters[v], v.lower().replace(" ", "_").replace("-", "_")
         stalls = _stalls(c)
         for key, value in (
