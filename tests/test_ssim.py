@@ -744,6 +744,31 @@ def test_glue_change_stores_the_percentage_and_the_direction(monkeypatch):
     assert stored["v8_vs_v7"] == "more"
 
 
+def test_range_pass_reads_each_strip_once_more_at_the_slower_of_two_rates():
+    from kernels.ssim import bench
+
+    shape = common.BENCH_SHAPE
+    fast = bench.range_pass(shape, copy_gbps=3000.0, dram_ns=1.0, sms=132)  # the copy rate binds
+    assert fast["v15_range_gbps"] == 3000.0
+    assert fast["v15_pred_extra_ms"] == pytest.approx(fast["v15_range_mb"] / 3000.0)  # MB / (GB/s) = ms
+    image_mb = 2 * 4 * float(np.prod(shape)) / 1e6  # both images once: the halo and the buffer's lead add more
+    assert image_mb < fast["v15_range_mb"] < 1.6 * image_mb
+    two = bench.range_pass((2, *shape[1:]), copy_gbps=3000.0, dram_ns=1.0, sms=132)
+    assert two["v15_range_mb"] == pytest.approx(2 * fast["v15_range_mb"])
+    slow = bench.range_pass(shape, copy_gbps=3000.0, dram_ns=1e6, sms=132)  # too few bytes in flight
+    assert slow["v15_range_gbps"] < 3000.0 and slow["v15_pred_extra_ms"] > fast["v15_pred_extra_ms"]
+
+
+def test_shift_cost_words_with_and_without_v15_timed():
+    from kernels.ssim import bench
+
+    words = bench.shift_cost({"V13": 0.2}, {"V13": 0.25}, 0.09, "H100")["v15_measured"]
+    assert words.startswith("Not timed yet on the H100")
+    words = bench.shift_cost({"V13": 0.2, "V15": 0.3}, {"V13": 0.25, "V15": 0.4}, 0.09, "H100")["v15_measured"]
+    assert "0.300 ms against V13's 0.200 ms, 50% slower" in words
+    assert "0.100 ms in the map and 0.150 ms in training, against the 0.090 ms predicted" in words
+
+
 def test_loop_values_name_each_versions_hot_loop_counts():
     from kernels.ssim import bench
 
