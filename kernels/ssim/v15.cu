@@ -5,12 +5,13 @@
 // is under 0.5, shift by its midrange instead of kShift: u is then near 0 there, and elsewhere never
 // farther from 0 than with kShift. Everything after the shifts is V13's: the map (ssim_v15), the fused
 // mean (ssim_v15_mean) and the training forward on the mean (ssim_v15_train_mean) share the strip below,
-// specialized by mode, with a separate entry point each; the means get the shifts back (ssim_fast4's c1, c2).
+// specialized by mode, with a separate entry point each; ssim_fast4 adds the shifts back to the means (c1, c2).
 // Prediction: as accurate as the float32 model with shift='tile' (on dark photographs far inside the map's
 // tolerance, where V13 misses it), and slower than V13: the range pass reads every row of the strip a
 // second time, before the row pipeline starts, so its loads overlap no arithmetic. Its instructions are
 // few (two loads and four min/max per pixel, against V13's dozens of fused multiply-adds), so the extra
-// time is about that of reading both images once more from DRAM, added to V13's time in every mode.
+// time is about that of reading every strip's rows, halo included, once more at the copy rate (or at what
+// two rows in flight per warp sustain, if less: bench.range_pass), added to V13's time in every mode.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"
