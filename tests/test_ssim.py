@@ -118,7 +118,7 @@ def test_photo_images_load_offline_and_distort(rng):
 @pytest.mark.parametrize("photo", common.PHOTOS)
 def test_shift_that_follows_the_data_fixes_dark_photos(photo, rng):
     """Dark, low-contrast photographs: pixels near 0.05 are 0.45 from SHIFT, so E[u^2] - E[u]^2 cancels on
-    numbers near 0.2 and the float32 map misses MAP_ATOL; V13's shift (the midrange of each thread's pixels
+    numbers near 0.2 and the float32 map misses MAP_ATOL; V15's shift (the midrange of each thread's pixels
     where their range is under 0.5) keeps u near 0 there, and the error far inside the tolerance. At full
     contrast it is never worse than SHIFT."""
     a, b = common.photo_images((1, 1, 144, 200), photo, "blur", dark=True, seed=rng)
@@ -615,7 +615,7 @@ def test_v3_1_cpp_is_v3_1_in_cuda_cpp_and_v3_less_its_loads():
 def test_versions_a_gpu_cannot_run():
     assert not any(cuda_versions.unsupported(v, H100) for v in common.VERSIONS)
     reasons = {v: why for v in common.VERSIONS if (why := cuda_versions.unsupported(v, T4))}
-    assert list(reasons) == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"]
+    assert list(reasons) == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14", "V15"]
     assert all(
         why.startswith(f"{v} copies rows with cp.async") and "sm_80" in why and why.endswith("sm_75")
         for v, why in reasons.items()
@@ -642,7 +642,7 @@ def test_on_a_t4_versions_are_left_out_with_one_line_each(monkeypatch, capsys):
     monkeypatch.setattr(device, "properties", lambda: T4)
     assert cuda_versions.runnable(common.BEYOND) == ["V5", "V6"]
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[5] for line in lines] == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14"]
+    assert [line.split()[5] for line in lines] == ["V7", "V8", "V9", "V10", "V11", "V12", "V13", "V14", "V15"]
     assert all(line.startswith("left out on this GPU: V") and "needs sm_80" in line for line in lines)
     # uncached: on a GPU an earlier test may have loaded them
     for launch in (
@@ -727,6 +727,8 @@ def test_profile_values_and_rows_read_the_stored_counters():
     assert values["v3_1_instr_px"] == counters["V3-1"]["thread instructions / px"]
     stalls = {k.removeprefix("stall "): x for k, x in counters["V13 mean"].items() if k.startswith("stall ")}
     assert values["v13_mean_stall_1"] == max(stalls, key=stalls.get)
+    counters.pop("V3-1")  # a version newer than the stored profile: no values, and no KeyError
+    assert bench.profile_values(counters, ("V3-1", "V13 mean")) == {k: x for k, x in values.items() if "v3_1" not in k}
     rows = bench.profile_rows(counters)
     assert [r["version"] for r in rows] == list(counters) and set(bench.PROFILE_FORMATS) <= set(rows[0])
 
@@ -740,6 +742,31 @@ def test_glue_change_stores_the_percentage_and_the_direction(monkeypatch):
     assert stored == {"v9_vs_v8_pct": 25.0, "v9_vs_v8": "faster"}
     bench.glue_change("v8_vs_v7", 1.25, 1.0)
     assert stored["v8_vs_v7"] == "more"
+
+
+def test_range_pass_reads_each_strip_once_more_at_the_slower_of_two_rates():
+    from kernels.ssim import bench
+
+    shape = common.BENCH_SHAPE
+    fast = bench.range_pass(shape, copy_gbps=3000.0, dram_ns=1.0, sms=132)  # the copy rate binds
+    assert fast["v15_range_gbps"] == 3000.0
+    assert fast["v15_pred_extra_ms"] == pytest.approx(fast["v15_range_mb"] / 3000.0)  # MB / (GB/s) = ms
+    image_mb = 2 * 4 * float(np.prod(shape)) / 1e6  # both images once: the halo and the buffer's lead add more
+    assert image_mb < fast["v15_range_mb"] < 1.6 * image_mb
+    two = bench.range_pass((2, *shape[1:]), copy_gbps=3000.0, dram_ns=1.0, sms=132)
+    assert two["v15_range_mb"] == pytest.approx(2 * fast["v15_range_mb"])
+    slow = bench.range_pass(shape, copy_gbps=3000.0, dram_ns=1e6, sms=132)  # too few bytes in flight
+    assert slow["v15_range_gbps"] < 3000.0 and slow["v15_pred_extra_ms"] > fast["v15_pred_extra_ms"]
+
+
+def test_shift_cost_words_with_and_without_v15_timed():
+    from kernels.ssim import bench
+
+    words = bench.shift_cost({"V13": 0.2}, {"V13": 0.25}, 0.09, "H100")["v15_measured"]
+    assert words.startswith("Not timed yet on the H100")
+    words = bench.shift_cost({"V13": 0.2, "V15": 0.3}, {"V13": 0.25, "V15": 0.4}, 0.09, "H100")["v15_measured"]
+    assert "0.300 ms against V13's 0.200 ms, 50% slower" in words
+    assert "0.100 ms in the map and 0.150 ms in training, against the 0.090 ms predicted" in words
 
 
 def test_loop_values_name_each_versions_hot_loop_counts():

@@ -17,6 +17,11 @@ def test_without_pytorch_one_line_says_so(monkeypatch):
         torch_ssim.fused_ssim(None, None)
 
 
+def test_version_is_v13_or_v15():
+    with pytest.raises(ValueError, match=r"version: expected one of \('V13', 'V15'\), got 'V14'"):
+        torch_ssim.fused_ssim(None, None, version="V14")
+
+
 needs_gpu = pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
 
 
@@ -26,14 +31,15 @@ def tensors(shape, seed):
     return a, b, torch.as_tensor(a, device="cuda").requires_grad_(True), torch.as_tensor(b, device="cuda")
 
 
+@pytest.mark.parametrize("version", torch_ssim.VERSIONS)
 @pytest.mark.parametrize("padding", ["same", "valid"])
 @pytest.mark.parametrize("shape", [(1, 1, 11, 13), (2, 3, 37, 53), (1, 3, 70, 132)])
 @pytest.mark.gpu
 @needs_gpu
-def test_mean_and_gradient_match_float64(shape, padding, rng):
+def test_mean_and_gradient_match_float64(shape, padding, version, rng):
     seed = int(rng.integers(2**31))
     a, b, img1, img2 = tensors(shape, seed)
-    mean = torch_ssim.fused_ssim(img1, img2, padding=padding)
+    mean = torch_ssim.fused_ssim(img1, img2, padding=padding, version=version)
     (1 - mean).backward()
     ref_map = common.reference(a, b)
     g = np.zeros(shape)
@@ -48,7 +54,7 @@ def test_mean_and_gradient_match_float64(shape, padding, rng):
     assert abs(float(mean.detach()) - want) <= common.MEAN_ATOL, f"seed {seed}"
     got = img1.grad.double().cpu().numpy()
     assert np.abs(got - ref_grad).max() <= 1e-4 * np.abs(ref_grad).max(), f"seed {seed}"
-    with_no_grad = torch_ssim.fused_ssim(img1.detach(), img2, padding=padding, train=False)
+    with_no_grad = torch_ssim.fused_ssim(img1.detach(), img2, padding=padding, train=False, version=version)
     assert abs(float(with_no_grad) - want) <= common.MEAN_ATOL, f"seed {seed}"
 
 

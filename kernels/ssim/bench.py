@@ -136,10 +136,10 @@ PROFILE_FORMATS = {
 
 def profile_values(counters: dict, versions, shape=common.BENCH_SHAPE) -> dict:
     """{glue name: value} of the counters the SSIM pages quote for each of ``versions`` (``v11_instr_px``,
-    ``v4_stall_1`` for its largest stall reason, ...)."""
+    ``v4_stall_1`` for its largest stall reason, ...); a version the stored profile predates has none."""
     px = float(np.prod(shape))
     values = {}
-    for v in versions:
+    for v in [v for v in versions if v in counters]:
         c, name = counters[v], v.lower().replace(" ", "_").replace("-", "_")
         stalls = _stalls(c)
         for key, value in (
@@ -207,6 +207,39 @@ def glue_change(name: str, new: float, old: float, less: str = "less", more: str
     check.finite_number(old, "old (the time compared with)", positive=True)
     glue(f"{name}_pct", 100 * abs(new / old - 1))
     glue(name, word(new < old, less, more))
+
+
+def range_pass(shape, copy_gbps: float, dram_ns: float, sms: int) -> dict:
+    """V15's predicted cost: the bytes its range pass reads (each block's strip rows, halo included, the
+    whole row buffer of both images, before its pipeline starts) and the time to read them, at the copy
+    rate or, where fewer bytes are in flight (two rows per warp, at V15's warps per SM), at Little's law's
+    rate."""
+    n, c, h, w = shape
+    geo = cuda_versions.geometry("V15")
+    row_bytes = 2 * (geo["cols"] + 16) * 4  # both images' row buffers: the columns, 8 a side (kLead)
+    strips = n * c * -(-h // geo["rows"]) * -(-w // geo["cols"])
+    total = strips * (geo["rows"] + 2 * common.RADIUS) * row_bytes
+    inflight = warps_per_sm(resources("V15")["registers"]) * 2 * row_bytes  # per SM: two rows a warp
+    gbps = min(copy_gbps, sms * inflight / dram_ns)  # bytes / ns = GB/s
+    return {"v15_range_mb": total / 1e6, "v15_range_gbps": gbps, "v15_pred_extra_ms": total / gbps / 1e6}
+
+
+def shift_cost(ms: dict, train_ms: dict, predicted_ms: float, gpu: str) -> dict:
+    """The Measured words of V15's cost ({glue name: value}): its map and training times against V13's
+    and the extra time against ``predicted_ms``, or, where the run on ``gpu`` did not time V15, that it is
+    not timed yet."""
+    if not all(v in t for t in (ms, train_ms) for v in ("V13", "V15")):
+        return {
+            "v15_measured": f"Not timed yet on the {gpu}: its stored run is older than V15. The next run of this "
+            "page on a GPU times it beside V13."
+        }
+    extra, extra_train = ms["V15"] - ms["V13"], train_ms["V15"] - train_ms["V13"]
+    return {
+        "v15_measured": f"V15's map takes {ms['V15']:.3f} ms against V13's {ms['V13']:.3f} ms, "
+        f"{100 * abs(ms['V15'] / ms['V13'] - 1):.0f}% {word(extra > 0, 'slower', 'faster')}; in training "
+        f"{train_ms['V15']:.3f} ms against {train_ms['V13']:.3f} ms. The shift costs {extra:.3f} ms in the map "
+        f"and {extra_train:.3f} ms in training, against the {predicted_ms:.3f} ms predicted."
+    }
 
 
 def problem_name(shape, training: bool = False) -> str:

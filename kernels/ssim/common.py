@@ -158,13 +158,13 @@ def test_images(shape, *, kind: str = "random", seed=None):
     raise ValueError(f"kind must be 'random' or 'structured', got {kind!r}")
 
 
-# V13's shift tile (v13.cu): each thread shifts its two columns of one 72-row strip by a value that follows
+# V15's shift tile (v15.cu): each thread shifts its two columns of one 72-row strip by a value that follows
 # the data (``tile_shift``): (rows, columns).
 SHIFT_TILE = (72, 2)
 
 
 def tile_shift(img, y0: int, rows: int) -> np.ndarray:
-    """V13's shift of each output column of the strip of ``rows`` rows from row ``y0`` (shape (..., 1, W),
+    """V15's shift of each output column of the strip of ``rows`` rows from row ``y0`` (shape (..., 1, W),
     float32): the midrange (min + max) / 2 of the image pixels its thread's windows read (rows y0 - 5 ..
     y0 + rows + 4, columns x - 5 .. x + 6 for the pair x, x + 1) where their range is under 0.5, else SHIFT.
     Every pixel u = x - shift then lies within 0.25 of 0 or no farther from it than with SHIFT."""
@@ -185,7 +185,7 @@ def float32_model(img1, img2, *, shift: float | str = SHIFT) -> np.ndarray:
     """The kernels' float32 arithmetic emulated in NumPy: shift, x-pass then y-pass with one rounding per
     fused multiply-add (tap order 0..10, as on the GPU), then ``terms`` in float32. Only for showing
     where float32 error comes from. ``shift``: one number for every pixel (0: the formula without the
-    shift), or "tile": V13's shift that follows the data (``tile_shift``); the zero padding becomes
+    shift), or "tile": V15's shift that follows the data (``tile_shift``); the zero padding becomes
     minus the shift either way."""
     if isinstance(shift, str) and shift != "tile":
         raise ValueError(f"shift: expected a number or 'tile', got {shift!r}")

@@ -78,6 +78,7 @@ REGISTRY = (
     Version("V12", "v12.cu", "beyond", kernel="ssim_v12", cp_async=True),
     Version("V13", "v13.cu", "beyond", kernel="ssim_v13", cp_async=True, fused_mean=True),
     Version("V14", "v14.cu", "beyond", kernel="ssim_v14", cp_async=True),
+    Version("V15", "v15.cu", "beyond", kernel="ssim_v15", cp_async=True, fused_mean=True),  # V13, shift follows data
 )
 _BY_NAME = {v.name: v for v in REGISTRY}
 

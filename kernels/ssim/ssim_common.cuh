@@ -179,7 +179,7 @@ __device__ __forceinline__ void store_pair(size_t i, int x, int w, const float d
 // V11 on: four moments instead of five. sigma1^2 and sigma2^2 enter SSIM (and its derivatives) only
 // through their sum, so the kernels blur u, v, u*u + v*v and u*v of the shifted images (m[0..3]) and
 // s11 + s22 = m[2] - m[0]^2 - m[1]^2. Otherwise ssim_fast: the same formula, outputs and derivatives.
-// The means get the shifts c1, c2 back: kShift, or in V13 the shifts that follow the data.
+// The means get the shifts c1, c2 back: kShift, or in V15 the shifts that follow the data.
 namespace ssim {
 constexpr int kMoments4 = 4;
 

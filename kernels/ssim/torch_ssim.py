@@ -10,8 +10,10 @@ derivative maps, no map. The backward of the mean is backward.cu (dL/dmap is one
 valid map's mean the Numba backward with a map that is zero on the border. SSIM is symmetric in its
 two images, so dL/dimg2 is the img1-gradient of the swapped call: an img2 that requires grad adds that
 call's forward and backward (and only such an img2: for img2 alone, the unswapped ones are not run).
-With ``train=False`` (or images that need no gradient) the forward is V13's fused mean alone. PyTorch
-is optional: the rest of the book does not import this module.
+With ``train=False`` (or images that need no gradient) the forward is V13's fused mean alone.
+``version="V15"`` runs V15's kernels instead: slower, with a shift that follows the data, for dark or
+bright images where V13's float32 map loses digits. PyTorch is optional: the rest of the book does not
+import this module.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from functools import cache
 from . import backward, common
 
 MEAN = "V13"  # the fused mean, no map written (in training with the derivative maps)
+VERSIONS = (MEAN, "V15")  # the fastest, and the one whose shift follows the data
 PADDINGS = ("same", "valid")
 
 
@@ -44,14 +47,14 @@ def _function():
 
     class FusedSSIM(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, img1, img2, padding):
+        def forward(ctx, img1, img2, padding, version):
             a, b = _cupy(img1), _cupy(img2)
             valid = padding == "valid"
             # The images in the order whose img1-gradient is wanted: (a, b) for img1, (b, a) for img2.
             ctx.wanted = [pair for pair, need in (((0, 1), img1.requires_grad), ((1, 0), img2.requires_grad)) if need]
             saved = []
             for first, second in ctx.wanted:
-                sums, derivs = common.fused_sums(MEAN, (a, b)[first], (a, b)[second], valid=valid, training=True)
+                sums, derivs = common.fused_sums(version, (a, b)[first], (a, b)[second], valid=valid, training=True)
                 saved += [torch.from_dlpack(d) for d in derivs]
             ctx.save_for_backward(img1.detach(), img2.detach(), *saved)
             ctx.padding, ctx.pixels = padding, _pixels(a.shape, padding)
@@ -62,7 +65,7 @@ def _function():
             img1, img2, *derivs = ctx.saved_tensors
             g = (grad_out / ctx.pixels).float().reshape(1)  # dL/dmap where the mean counts, on the device
             images = (_cupy(img1), _cupy(img2))
-            grads = [None, None, None]
+            grads = [None, None, None, None]  # img1, img2, padding, version
             for k, (first, second) in enumerate(ctx.wanted):
                 a, b = images[first], images[second]
                 d = [_cupy(t) for t in derivs[3 * k : 3 * k + 3]]
@@ -79,9 +82,11 @@ def _function():
     return FusedSSIM
 
 
-def fused_ssim(img1, img2, padding: str = "same", train: bool = True):
+def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: str = MEAN):
     """Mean SSIM of two (N, C, H, W) float32 CUDA tensors, differentiable (when ``train``) in each image
-    that requires grad."""
+    that requires grad, by ``version``'s kernels (one of VERSIONS)."""
+    if version not in VERSIONS:
+        raise ValueError(f"version: expected one of {VERSIONS}, got {version!r}")
     torch = _torch()
     if padding not in PADDINGS:
         raise ValueError(f"padding: expected one of {PADDINGS}, got {padding!r}")
@@ -90,9 +95,9 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True):
             raise TypeError(f"{name}: expected a float32 CUDA tensor, got {getattr(t, 'dtype', type(t).__name__)}")
     img1, img2 = img1.contiguous(), img2.contiguous()
     if train and (img1.requires_grad or img2.requires_grad) and torch.is_grad_enabled():
-        return _function().apply(img1, img2, padding)
+        return _function().apply(img1, img2, padding, version)
     a, b = _cupy(img1), _cupy(img2)
-    sums = common.fused_sums(MEAN, a, b, valid=padding == "valid")
+    sums = common.fused_sums(version, a, b, valid=padding == "valid")
     return torch.from_dlpack(sums).sum().div(_pixels(a.shape, padding)).float()
 
 

@@ -4,18 +4,13 @@
 // two columns of a row in float, then into a double), the warp sums with shuffles, and lane 0 adds the
 // block's sum to the plane's double accumulator (atomicAdd: 1 per block).
 // With valid != 0 it counts only the pixels of the valid map (rows and columns kRadius .. size -
-// kRadius - 1). ssim_v13 (map and training) is V11 with the shift described below; all kernels share
-// the strip below, specialized by mode, and a separate entry point keeps each kernel's code to the bodies
-// it runs.
+// kRadius - 1). ssim_v13 (map and training) is V11; both kernels share the strip below, specialized by
+// mode, and a separate entry point keeps each kernel's code to the bodies it runs.
 // A third kernel, ssim_v13_train_mean, is the forward of a training step on the mean: the derivative
 // maps and the sum, no map, so neither the map's stores nor a second pass that reads it back remain.
 // Prediction: V11's compute time (it is issue-bound, not DRAM-bound) less the map's two store
 // instructions per row, plus about 3 per row for the sum: about V11's map-only time, and faster than
 // V11 + a separate mean by that mean's time (a reduction that reads the whole map back).
-// Unlike V11, V13's shift follows the data (common.tile_shift): before its rows, each thread finds the
-// range of the pixels its windows read in each image and, where it is under 0.5, shifts by its midrange
-// instead of kShift. On a dark or a bright flat patch u is then near 0, not near +-0.5, so E[u^2] - E[u]^2
-// no longer cancels on numbers near 0.25; elsewhere u is never farther from 0 than with kShift.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"
@@ -61,45 +56,6 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     copy_row<kRowLen, kLead, kThreads>(rows1, rows2, buf, a, b, y0 - kRadius + r, h, w, x0, lane, interior);
   };
 
-  // The shifts (common.tile_shift): each lane gathers the min and max of buffer columns lane, lane + 32 and
-  // lane + 64 over the image rows the strip reads, in the first two row buffers (free until the copies
-  // start), and then the range of the 12 columns x - 5 .. x + 6 its two output columns read.
-  float c1 = kShift, c2 = kShift;
-  {
-    const float kInf = __int_as_float(0x7f800000);
-    float lo1[3], hi1[3], lo2[3], hi2[3];
-#pragma unroll
-    for (int e = 0; e < 3; ++e) lo1[e] = lo2[e] = kInf, hi1[e] = hi2[e] = -kInf;
-    const int first_row = max(0, y0 - kRadius), end_row = min(h, y0 + steps - kRadius);
-#pragma unroll 2  // two rows' loads in flight: the pass waits on DRAM, not on instructions
-    for (int y = first_row; y < end_row; ++y) {
-#pragma unroll
-      for (int e = 0; e < 3; ++e) {
-        const int c = lane + e * kThreads, xc = x0 - kLead + c;
-        if (c < kRowLen && xc >= 0 && xc < w) {
-          const float p = a[static_cast<size_t>(y) * w + xc], q = b[static_cast<size_t>(y) * w + xc];
-          lo1[e] = fminf(lo1[e], p), hi1[e] = fmaxf(hi1[e], p), lo2[e] = fminf(lo2[e], q), hi2[e] = fmaxf(hi2[e], q);
-        }
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < 3; ++e) {
-      const int c = lane + e * kThreads;
-      if (c < kRowLen) rows1[0][c] = lo1[e], rows1[1][c] = hi1[e], rows2[0][c] = lo2[e], rows2[1][c] = hi2[e];
-    }
-    __syncwarp();
-    float l1 = kInf, u1 = -kInf, l2 = kInf, u2 = -kInf;
-#pragma unroll
-    for (int k = 0; k < 2 * kRadius + 2; ++k) {  // buffer column of x - 5 + k
-      const int c = kLead - kRadius + 2 * lane + k;
-      l1 = fminf(l1, rows1[0][c]), u1 = fmaxf(u1, rows1[1][c]);
-      l2 = fminf(l2, rows2[0][c]), u2 = fmaxf(u2, rows2[1][c]);
-    }
-    __syncwarp();  // the copies below overwrite these buffers
-    if (u1 >= l1 && u1 - l1 < 0.5f) c1 = (u1 + l1) * 0.5f;  // not where no image pixel was read
-    if (u2 >= l2 && u2 - l2 < 0.5f) c2 = (u2 + l2) * 0.5f;
-  }
-
   // pending[j][m][i]: moment m of column j for output row (current input row - 5 + i), rows above the
   // current one summed so far (V6's shifting partial sums).
   float pending[kColsPerThread][kMoments4][kPending];
@@ -141,7 +97,7 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
       for (int e = 0; e < 2; ++e) {
         const int t = 2 * pair + e;
         if (t < 1 || t > kWindow + 1) continue;
-        const float u = (e ? u2.y : u2.x) - c1, v = (e ? v2.y : v2.x) - c2;  // the zero padding: -c1, -c2
+        const float u = (e ? u2.y : u2.x) - kShift, v = (e ? v2.y : v2.x) - kShift;  // common.SHIFT
         const float val[kMoments4] = {u, v, fmaf(v, v, u * u), u * v};
 #pragma unroll
         for (int j = 0; j < kColsPerThread; ++j) {
@@ -177,10 +133,10 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
             const bool counts = row_counts && (interior || !valid || (x + j >= kRadius && x + j < w - kRadius));
             if (interior || x + j < w) {
               if (training) {  // every pixel's derivatives, the counted ones' values
-                const float v = ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, true, c1, c2);
+                const float v = ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, true);
                 if (counts) s += v;
               } else if (counts) {
-                s += ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, false, c1, c2);
+                s += ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, false);
               }
             }
           }
@@ -188,13 +144,13 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
         }
       } else if constexpr (interior) {  // both columns inside, and i even (w % 4 == 0): one aligned 8-byte store
         float2 s;
-        s.x = ssim_fast4(i, done[0], d_mu1, d_s11, d_s12, training, c1, c2);
-        s.y = ssim_fast4(i + 1, done[1], d_mu1, d_s11, d_s12, training, c1, c2);
+        s.x = ssim_fast4(i, done[0], d_mu1, d_s11, d_s12, training);
+        s.y = ssim_fast4(i + 1, done[1], d_mu1, d_s11, d_s12, training);
         *reinterpret_cast<float2*>(out + i) = s;
       } else {
 #pragma unroll
         for (int j = 0; j < kColsPerThread; ++j)
-          if (x + j < w) out[i + j] = ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, training, c1, c2);
+          if (x + j < w) out[i + j] = ssim_fast4(i + j, done[j], d_mu1, d_s11, d_s12, training);
       }
     }
     __syncwarp();  // buffer r % kStages is refilled (with row r + kStages) in the next step
