@@ -139,3 +139,20 @@ def test_our_api_is_timed_on_every_metric_the_peers_are():
     rows = training.peer_rows((1, 3, 64, 128), {}, repeat=3)
     assert {r["metric"] for r in rows if r["kernel"] == "ours"} == set(training.PEER_METRICS)
     assert all(np.isfinite(r["value"]) and r["value"] >= 0 for r in rows)
+
+
+@pytest.mark.parametrize("mode", ["gpu", "sim"])
+def test_a_candidate_process_runs_in_the_parent_s_mode(monkeypatch, mode):
+    """On a GPU a simulated run earlier in the process may have left NUMBA_ENABLE_CUDASIM=1 behind; the
+    candidate's process must still time on the GPU (and stay in the simulator where the parent is)."""
+    seen = {}
+
+    def run(args, env, **kwargs):
+        seen.update(env)
+        return subprocess.CompletedProcess(args, 0, stdout='{"training step": 1.0}\n', stderr="")
+
+    monkeypatch.setattr(training.device, "MODE", mode)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr(training.subprocess, "run", run)
+    assert training._candidate("ours", None, (1, 1, 16, 16), 1) == {"training step": 1.0}
+    assert ("NUMBA_ENABLE_CUDASIM" in seen) == (mode == "sim")

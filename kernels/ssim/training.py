@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.harness import check, timing
+from kernels.harness import check, device, timing
 
 from . import backward, common
 
@@ -140,6 +140,8 @@ def _candidate(name: str, folder: str | None, shape: tuple, repeat: int) -> dict
     """One candidate in a fresh process (``folder`` first on its import path); None, with a line, if it fails."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, str(ROOT), env.get("PYTHONPATH")) if p)
+    if device.MODE == device.GPU:  # the child times on this GPU, whatever a simulated run left in the environment
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
     shape_arg = ",".join(map(str, shape))
     args = [sys.executable, "-m", "kernels.ssim.training", name, shape_arg, str(repeat)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
