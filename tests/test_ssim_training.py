@@ -141,10 +141,11 @@ def test_our_api_is_timed_on_every_metric_the_peers_are():
     assert all(np.isfinite(r["value"]) and r["value"] >= 0 for r in rows)
 
 
-@pytest.mark.parametrize("mode", ["gpu", "sim"])
+@pytest.mark.parametrize("mode", [device.GPU, device.SIM], ids=["parent-on-the-gpu", "parent-in-the-simulator"])
 def test_a_candidate_process_runs_in_the_parent_s_mode(monkeypatch, mode):
-    """On a GPU a simulated run earlier in the process may have left NUMBA_ENABLE_CUDASIM=1 behind; the
-    candidate's process must still time on the GPU (and stay in the simulator where the parent is)."""
+    """On a GPU, the results page's import (BOOK_MODE=sim) or a simulated run (NUMBA_ENABLE_CUDASIM=1) may
+    have changed the environment; the candidate's process must still time on the GPU (and stay in the
+    simulator where the parent is)."""
     seen = {}
 
     def run(args, env, **kwargs):
@@ -153,6 +154,8 @@ def test_a_candidate_process_runs_in_the_parent_s_mode(monkeypatch, mode):
 
     monkeypatch.setattr(training.device, "MODE", mode)
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setenv("BOOK_MODE", device.SIM)
     monkeypatch.setattr(training.subprocess, "run", run)
     assert training._candidate("ours", None, (1, 1, 16, 16), 1) == {"training step": 1.0}
-    assert ("NUMBA_ENABLE_CUDASIM" in seen) == (mode == "sim")
+    assert seen["BOOK_MODE"] == mode
+    assert ("NUMBA_ENABLE_CUDASIM" in seen) == (mode == device.SIM)

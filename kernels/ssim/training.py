@@ -140,7 +140,11 @@ def _candidate(name: str, folder: str | None, shape: tuple, repeat: int) -> dict
     """One candidate in a fresh process (``folder`` first on its import path); None, with a line, if it fails."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, str(ROOT), env.get("PYTHONPATH")) if p)
-    if device.MODE == device.GPU:  # the child times on this GPU, whatever a simulated run left in the environment
+    # The child runs in this process's mode, whatever the environment says: building the results page
+    # sets BOOK_MODE=sim, and a simulated run leaves NUMBA_ENABLE_CUDASIM=1 behind.
+    if device.MODE in (device.GPU, device.SIM):
+        env["BOOK_MODE"] = device.MODE
+    if device.MODE == device.GPU:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
     shape_arg = ",".join(map(str, shape))
     args = [sys.executable, "-m", "kernels.ssim.training", name, shape_arg, str(repeat)]
