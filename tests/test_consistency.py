@@ -25,11 +25,9 @@ QUANTITIES = {
     "SSIM FLOPs (GFLOP)": {"ssim_gflop": 1},
     "SSIM intensity (FLOP/byte)": {"ssim_intensity": 1},
 }
-# Shown with different values today, strict, so the fix is noticed here. The DRAM latency is measured by
-# 04b and read from the stored rows by 02b: the committed 02b ran before 04b's last run.
-DISAGREE = {
-    "DRAM latency (ns)": "02b_ssim_beyond glued the stored latency before 04b_probes_memory's last run measured it",
-}
+# Quantities shown with different values today ({name: why}), strict xfails so that the fix is noticed
+# here; none since 02b reran after 04b's last run (02b reads 04b's stored DRAM latency).
+DISAGREE: dict[str, str] = {}
 # The one notebook that runs each probe of a shared quantity; every other page glues the stored value
 # through kernels/harness/quantities.py, so that a later page cannot show a run of its own.
 MEASURED_BY = {"memory.run_clock": "04a_probes_compute"}
