@@ -3,6 +3,7 @@ config (no placeholder URL), the Colab set-up, and the course pages' references 
 
 import ast
 import itertools
+import json
 import re
 import shutil
 import subprocess
@@ -335,6 +336,22 @@ def test_each_sessions_minutes_add_up_to_its_slot():
     for heading, minutes, total in tables:
         assert sum(minutes) == total, f"{heading}: the activities add up to {sum(minutes)}, the total says {total}"
         assert total == slot, f"{heading}: {total} minutes in a {slot}-minute slot"
+
+
+def test_gpu_seconds_are_the_chapters_times_in_the_run_the_book_shows():
+    """Each session's seconds are the papermill times of its chapters' notebooks (deep-dive pages left out)
+    as the committed H100 run recorded them, so a rerun that changes them shows here."""
+    import rerun
+
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    rows = re.findall(r"^\| (\d[^|]*?) \| (\d+) \| \d+ \| \d+ \|$", text, flags=re.M)
+    assert len(rows) == 10, rows
+    for session, seconds in rows:
+        chapters = re.findall(r"`(\w+)`", session)
+        assert chapters, f"{session}: name the chapters it runs"
+        notebooks = [p for c in chapters for p in rerun.chapter_notebooks(c) if "_deep_" not in p.stem]
+        took = sum(json.loads(p.read_text())["metadata"]["papermill"]["duration"] for p in notebooks)
+        assert int(seconds) == round(took), f"{session}: {seconds} s, but its notebooks took {round(took)} s"
 
 
 def test_gpu_budget_follows_from_the_measured_reruns():
