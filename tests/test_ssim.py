@@ -64,18 +64,22 @@ def test_identical_images_give_ssim_one(rng):
     np.testing.assert_allclose(common.reference(a, a), 1.0, atol=1e-12)
 
 
+def finite_differences(loss, img, eps=1e-6):
+    """The central difference of ``loss`` (a float of an image) in each pixel of ``img``."""
+    numeric = np.zeros_like(img)
+    for idx in np.ndindex(img.shape):
+        up, down = img.copy(), img.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        numeric[idx] = (loss(up) - loss(down)) / (2 * eps)
+    return numeric
+
+
 def test_reference_backward_matches_finite_differences(rng):
     x, y = rng.random((2, 1, 1, 12, 13))
     g = rng.standard_normal((1, 1, 12, 13))
-    loss = lambda img: float((g * common.reference(img, y)).sum())  # noqa: E731
     analytic = common.reference_backward(x, y, g)
-    numeric = np.zeros_like(x)
-    eps = 1e-6
-    for idx in np.ndindex(x.shape):
-        xp_, xm = x.copy(), x.copy()
-        xp_[idx] += eps
-        xm[idx] -= eps
-        numeric[idx] = (loss(xp_) - loss(xm)) / (2 * eps)
+    numeric = finite_differences(lambda img: float((g * common.reference(img, y)).sum()), x)
     assert np.abs(analytic - numeric).max() <= 1e-6 * max(1.0, np.abs(numeric).max())
 
 
@@ -83,15 +87,8 @@ def test_reference_backward_wrt_img2_matches_finite_differences(rng):
     """dL/dimg2 is dL/dimg1 of the swapped pair (SSIM is symmetric): batch 2, one channel, odd sizes."""
     x, y = rng.random((2, 2, 1, 11, 13))
     g = rng.standard_normal((2, 1, 11, 13))
-    loss = lambda img: float((g * common.reference(x, img)).sum())  # noqa: E731
     analytic = common.reference_backward(x, y, g, wrt="img2")
-    numeric = np.zeros_like(y)
-    eps = 1e-6
-    for idx in np.ndindex(y.shape):
-        yp, ym = y.copy(), y.copy()
-        yp[idx] += eps
-        ym[idx] -= eps
-        numeric[idx] = (loss(yp) - loss(ym)) / (2 * eps)
+    numeric = finite_differences(lambda img: float((g * common.reference(x, img)).sum()), y)
     assert np.abs(analytic - numeric).max() <= 1e-6 * max(1.0, np.abs(numeric).max())
     assert not np.allclose(analytic, common.reference_backward(x, y, g))  # not the img1-gradient
     with pytest.raises(ValueError, match="wrt: expected 'img1' or 'img2'"):
