@@ -99,3 +99,84 @@ def test_img2_gradient_matches_float64(shape, wanted, padding, rng):
         want = common.reference_backward(a, b, g, wrt=name)
         got = t.grad.double().cpu().numpy()
         assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), f"{name} seed {seed}"
+
+
+def test_shape_rules_name_the_constraint():
+    """The wrapper checks tensors' shapes with the rules every SSIM launch uses (common.check_shapes)."""
+    with pytest.raises(ValueError, match=r"img2: expected 4 dimensions \(N, C, H, W\), got shape \(11, 11\)"):
+        common.check_shapes((1, 1, 11, 11), (11, 11))
+    with pytest.raises(ValueError, match="img1 and img2 must have the same shape"):
+        common.check_shapes((1, 1, 11, 11), (1, 1, 11, 12))
+    with pytest.raises(ValueError, match="images must be at least 11x11"):
+        common.check_shapes((1, 1, 10, 11), (1, 1, 10, 11))
+    with pytest.raises(ValueError, match=r"at least one plane \(N\*C >= 1\)"):
+        common.check_shapes((0, 3, 11, 11), (0, 3, 11, 11))
+    assert common.check_shapes((2, 3, 11, 12), (2, 3, 11, 12)) == (2, 3, 11, 12)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_bad_tensor_shapes_name_the_constraint():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((1, 1, 11, 11), device="cuda", requires_grad=True)
+    with pytest.raises(ValueError, match="img1 and img2 must have the same shape"):
+        torch_ssim.fused_ssim(x, torch.zeros((1, 1, 11, 12), device="cuda"))
+    with pytest.raises(ValueError, match="images must be at least 11x11"):
+        torch_ssim.fused_ssim(x[..., 1:], x[..., 1:])
+    with pytest.raises(ValueError, match="expected 4 dimensions"):
+        torch_ssim.fused_ssim(x[0], x[0])
+    with pytest.raises(ValueError, match="at least one plane"):
+        torch_ssim.fused_ssim(x[:0], x[:0])
+
+
+def _step(img1, img2):
+    img1.grad = None
+    loss = 1 - torch_ssim.fused_ssim(img1, img2)
+    loss.backward()
+    return loss.detach()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_side_stream_gives_the_default_streams_values(rng):
+    """The kernels queue on PyTorch's current stream: inputs made, and the step run, on a side stream
+    give what the default stream gives (a launch on another stream would race with them)."""
+    torch = pytest.importorskip("torch")
+    seed = int(rng.integers(2**31))
+    _, _, img1, img2 = tensors((2, 3, 270, 480), seed)
+    want_loss, want_grad = _step(img1, img2), img1.grad.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x, y = (img1.detach() * 1.0).requires_grad_(True), img2 * 1.0
+        loss = _step(x, y)
+    torch.cuda.synchronize()
+    assert abs(float(loss) - float(want_loss)) <= 1e-7, f"seed {seed}"  # float64 atomics: order may vary
+    assert float((x.grad - want_grad).abs().max()) <= 1e-7 * float(want_grad.abs().max()), f"seed {seed}"
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_cuda_graph_captures_the_training_step(rng):
+    """Forward and backward in one captured graph: a replay gives the eager step's loss and gradient."""
+    torch = pytest.importorskip("torch")
+    seed = int(rng.integers(2**31))
+    _, _, img1, img2 = tensors((1, 3, 131, 257), seed)
+    want_loss, want_grad = _step(img1, img2), img1.grad.clone()
+    x = img1.detach().clone().requires_grad_(True)
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):
+        for _ in range(2):
+            _step(x, img2)
+    torch.cuda.current_stream().wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    x.grad = None
+    with torch.cuda.graph(graph):
+        loss = 1 - torch_ssim.fused_ssim(x, img2)
+        loss.backward()
+    x.grad.fill_(float("nan"))  # poisoned: the replay must write every value
+    graph.replay()
+    torch.cuda.synchronize()
+    assert abs(float(loss) - float(want_loss)) <= 1e-7, f"seed {seed}"  # float64 atomics: order may vary
+    assert float((x.grad - want_grad).abs().max()) <= 1e-7 * float(want_grad.abs().max()), f"seed {seed}"

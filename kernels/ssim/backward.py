@@ -76,8 +76,9 @@ def build(bx: int, by: int):
     return ssim_backward
 
 
-def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | None = None):
-    """dL/dimg1 (N, C, H, W) from dL/dmap and the three derivative maps of a training-mode forward."""
+def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | None = None, stream=0):
+    """dL/dimg1 (N, C, H, W) from dL/dmap and the three derivative maps of a training-mode forward,
+    launched on ``stream`` (a Numba stream; 0, the default stream)."""
     validate(img1, img2)
     shape = tuple(img1.shape)
     for name, a in (("grad_map", grad_map), ("d_mu1", d_mu1), ("d_s11", d_s11), ("d_s12", d_s12)):
@@ -95,7 +96,7 @@ def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | Non
     check.block_shape((t["bx"], t["by"]))
     n, c, h, w = shape
     grid = ((w + t["bx"] - 1) // t["bx"], (h + t["by"] - 1) // t["by"], n * c)
-    build(t["bx"], t["by"])[grid, (t["bx"], t["by"])](
+    build(t["bx"], t["by"])[grid, (t["bx"], t["by"]), stream](
         *(planes(a) for a in (img1, img2, grad_map, d_mu1, d_s11, d_s12, out))
     )
     return out
@@ -105,7 +106,7 @@ B1_COLS, B1_ROWS = 64, 72  # backward.cu's kCols and kRows: the output tile of o
 
 
 @cache
-def _b1():
+def b1_kernel():
     return cuda_cpp.load("ssim/backward.cu", "ssim_backward_b1")
 
 
@@ -136,8 +137,13 @@ def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):
     else:
         check.require_array(out, "out", dtype=np.float32, shape=shape)
         check.require_output(out, "out", {"img1": img1, "img2": img2, "d_mu1": d_mu1, "d_s11": d_s11, "d_s12": d_s12})
-    n, c, h, w = shape
-    grid = ((w + B1_COLS - 1) // B1_COLS, (h + B1_ROWS - 1) // B1_ROWS, n * c)
-    args = (*(planes(a) for a in (img1, img2, d_mu1, d_s11, d_s12, out)), np.int32(h), np.int32(w), g_dev)
-    _b1()(grid, (32,), args)
+    grid, block = b1_launch(shape)
+    args = (*(planes(a) for a in (img1, img2, d_mu1, d_s11, d_s12, out)), np.int32(shape[2]), np.int32(shape[3]), g_dev)
+    b1_kernel()(grid, block, args)
     return out
+
+
+def b1_launch(shape) -> tuple:
+    """(grid, block) of backward.cu for images of ``shape`` (N, C, H, W): one warp per output tile."""
+    n, c, h, w = shape
+    return ((w + B1_COLS - 1) // B1_COLS, (h + B1_ROWS - 1) // B1_ROWS, n * c), (32,)

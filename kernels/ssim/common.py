@@ -323,11 +323,22 @@ def validate(img1, img2) -> tuple:
     """Check the two images and return (N, C, H, W); every error names the constraint."""
     for name, img in (("img1", img1), ("img2", img2)):
         check.require_array(img, name, dtype=np.float32, ndim=4)
-    if tuple(img1.shape) != tuple(img2.shape):
-        raise ValueError(f"img1 and img2 must have the same shape, got {tuple(img1.shape)} and {tuple(img2.shape)}")
-    n, c, h, w = img1.shape
+    return check_shapes(tuple(img1.shape), tuple(img2.shape))
+
+
+def check_shapes(shape1: tuple, shape2: tuple) -> tuple:
+    """validate's rules on the shapes alone (for images checked otherwise, such as PyTorch tensors):
+    (N, C, H, W), or a ValueError naming the constraint."""
+    for name, shape in (("img1", shape1), ("img2", shape2)):
+        if len(shape) != 4:
+            raise ValueError(f"{name}: expected 4 dimensions (N, C, H, W), got shape {shape}")
+    if shape1 != shape2:
+        raise ValueError(f"img1 and img2 must have the same shape, got {shape1} and {shape2}")
+    n, c, h, w = shape1
     if h < WINDOW or w < WINDOW:
         raise ValueError(f"images must be at least {WINDOW}x{WINDOW} (the window), got H={h}, W={w}")
+    if n * c == 0:
+        raise ValueError(f"images must hold at least one plane (N*C >= 1), got shape {shape1}")
     if n * c > 65535:
         raise ValueError(f"at most 65535 planes (N*C) fit the grid's z dimension, got {n * c}")
     return n, c, h, w

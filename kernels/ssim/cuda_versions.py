@@ -104,19 +104,22 @@ def mean_kernel(version: str):
     return cuda_cpp.load(source(version), kernel_name(version) + "_mean")
 
 
+def mean_launch(version: str, shape) -> tuple:
+    """(grid, block) of ``version``'s fused-mean kernels for images of ``shape`` (N, C, H, W)."""
+    n, c, h, w = shape
+    g = geometry(version)
+    return ((w + g["cols"] - 1) // g["cols"], (h + g["rows"] - 1) // g["rows"], n * c), (g["threads"],)
+
+
 def launch_mean(version, img1, img2, sums, valid: bool, derivs=None):
     """Add each plane's SSIM values (of the valid map with ``valid``) to ``sums``, N*C float64 zeros; with
     ``derivs`` (three arrays like img1) also write the derivative maps of every pixel: a training forward."""
-    n, c, h, w = img1.shape
-    g = geometry(version)
-    grid = ((w + g["cols"] - 1) // g["cols"], (h + g["rows"] - 1) // g["rows"], n * c)
-    size = (np.int32(h), np.int32(w), np.int32(valid))
+    grid, block = mean_launch(version, img1.shape)
+    size = (np.int32(img1.shape[2]), np.int32(img1.shape[3]), np.int32(valid))
     if derivs is None:
-        mean_kernel(version)(grid, (g["threads"],), (planes(img1), planes(img2), sums, *size))
+        mean_kernel(version)(grid, block, (planes(img1), planes(img2), sums, *size))
     else:
-        train_mean_kernel(version)(
-            grid, (g["threads"],), (planes(img1), planes(img2), *(planes(d) for d in derivs), sums, *size)
-        )
+        train_mean_kernel(version)(grid, block, (planes(img1), planes(img2), *(planes(d) for d in derivs), sums, *size))
 
 
 @cache

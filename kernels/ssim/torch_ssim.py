@@ -1,5 +1,5 @@
 """The book's SSIM for PyTorch training loops: fused_ssim(img1, img2, padding="same", train=True), the
-signature of rahul-goel/fused-ssim, on our kernels through DLPack (no copies).
+signature of rahul-goel/fused-ssim, on our kernels (no copies).
 
     from kernels.ssim.torch_ssim import fused_ssim
     loss = 1 - fused_ssim(img1, img2)   # (N, C, H, W) float32 CUDA tensors; either may require grad
@@ -14,11 +14,17 @@ With ``train=False`` (or images that need no gradient) the forward is V13's fuse
 ``version="V15"`` runs V15's kernels instead: slower, with a shift that follows the data, for dark or
 bright images where V13's float32 map loses digits. PyTorch is optional: the rest of the book does not
 import this module.
+
+A call is thin on the host: the kernels get the tensors' addresses, launched on PyTorch's current
+stream (so they queue behind the caller's work, and a CUDA graph can capture them), and every
+buffer comes from PyTorch's allocator. The valid map's backward is the Numba kernel, through DLPack.
 """
 
 from __future__ import annotations
 
 from functools import cache
+
+import numpy as np
 
 from . import backward, common
 
@@ -35,10 +41,40 @@ def _torch():
     return torch
 
 
-def _cupy(t):
+@cache
+def _stream(ptr: int, device: int):
+    """CuPy's handle on a PyTorch stream of ``device`` (0: the legacy default stream, CuPy's null stream)."""
     import cupy
 
-    return cupy.from_dlpack(t.detach())
+    return cupy.cuda.ExternalStream(ptr, device) if ptr else cupy.cuda.Stream.null
+
+
+def _current_stream():
+    torch = _torch()
+    return _stream(torch.cuda.current_stream().cuda_stream, torch.cuda.current_device())
+
+
+def _launch(kernel, grid, block, args):
+    """Launch a CuPy kernel on PyTorch's current stream, each tensor in ``args`` as its address (the
+    kernels take float pointers; the tensors were checked to be contiguous float32), each other value
+    as a 32-bit int."""
+    torch = _torch()
+    args = tuple(np.uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else np.int32(a) for a in args)
+    with _current_stream():
+        kernel(grid, block, args)
+
+
+def _sums(version: str, x, y, valid: bool, derivs=()):
+    """Each plane's SSIM sum (float64, N*C values) in one fused-mean launch; with ``derivs`` (three
+    tensors like x) the training forward, which also writes the derivative maps."""
+    torch = _torch()
+    module = common.version_module(version)
+    n, c, h, w = x.shape
+    sums = torch.zeros(n * c, dtype=torch.float64, device=x.device)
+    kernel = module.train_mean_kernel(version) if derivs else module.mean_kernel(version)
+    grid, block = module.mean_launch(version, x.shape)
+    _launch(kernel, grid, block, (x, y, *derivs, sums, h, w, int(valid)))
+    return sums
 
 
 @cache
@@ -48,43 +84,65 @@ def _function():
     class FusedSSIM(torch.autograd.Function):
         @staticmethod
         def forward(ctx, img1, img2, padding, version):
-            a, b = _cupy(img1), _cupy(img2)
+            images = (img1.detach(), img2.detach())
             valid = padding == "valid"
             # The images in the order whose img1-gradient is wanted: (a, b) for img1, (b, a) for img2.
             ctx.wanted = [pair for pair, need in (((0, 1), img1.requires_grad), ((1, 0), img2.requires_grad)) if need]
-            saved = []
+            saved, sums = [], None
             for first, second in ctx.wanted:
-                sums, derivs = common.fused_sums(version, (a, b)[first], (a, b)[second], valid=valid, training=True)
-                saved += [torch.from_dlpack(d) for d in derivs]
-            ctx.save_for_backward(img1.detach(), img2.detach(), *saved)
-            ctx.padding, ctx.pixels = padding, _pixels(a.shape, padding)
-            return torch.from_dlpack(sums).sum().div(ctx.pixels).float()
+                derivs = [torch.empty_like(images[0]) for _ in common.DERIV_NAMES]
+                found = _sums(version, images[first], images[second], valid, derivs)
+                sums = found if sums is None else sums  # the swapped call's sums are the same SSIM
+                saved += derivs
+            ctx.save_for_backward(*images, *saved)
+            ctx.padding, ctx.pixels = padding, _pixels(img1.shape, padding)
+            return sums.sum().div(ctx.pixels).float()
 
         @staticmethod
         def backward(ctx, grad_out):
-            img1, img2, *derivs = ctx.saved_tensors
+            images, derivs = ctx.saved_tensors[:2], ctx.saved_tensors[2:]
             g = (grad_out / ctx.pixels).float().reshape(1)  # dL/dmap where the mean counts, on the device
-            images = (_cupy(img1), _cupy(img2))
             grads = [None, None, None, None]  # img1, img2, padding, version
             for k, (first, second) in enumerate(ctx.wanted):
                 a, b = images[first], images[second]
-                d = [_cupy(t) for t in derivs[3 * k : 3 * k + 3]]
+                d = derivs[3 * k : 3 * k + 3]
                 if ctx.padding == "same":
-                    grad = backward.run_constant(a, b, *d, _cupy(g))
+                    grads[first] = _backward_constant(a, b, d, g)
                 else:
-                    r = common.RADIUS
-                    grad_map = torch.zeros_like(img1)
-                    grad_map[..., r:-r, r:-r] = g
-                    grad = backward.run(a, b, _cupy(grad_map), *d)
-                grads[first] = torch.from_dlpack(grad)
+                    grads[first] = _backward_valid(a, b, d, g)
             return tuple(grads)
 
     return FusedSSIM
 
 
+def _backward_constant(a, b, derivs, g):
+    """dL/da where dL/dmap is the one number at ``g`` (a device tensor): backward.cu."""
+    grad = _torch().empty_like(a)
+    grid, block = backward.b1_launch(a.shape)
+    _launch(backward.b1_kernel(), grid, block, (a, b, *derivs, grad, a.shape[2], a.shape[3], g))
+    return grad
+
+
+def _backward_valid(a, b, derivs, g):
+    """dL/da where dL/dmap is ``g`` on the valid map and zero on its border: the Numba backward."""
+    import cupy
+    from numba import cuda
+
+    torch = _torch()
+    r = common.RADIUS
+    grad_map = torch.zeros_like(a)
+    grad_map[..., r:-r, r:-r] = g
+    stream = _current_stream()
+    with stream:
+        arrays = [cupy.from_dlpack(t) for t in (a, b, grad_map, *derivs)]
+        grad = backward.run(*arrays, stream=cuda.external_stream(stream.ptr) if stream.ptr else 0)
+    return torch.from_dlpack(grad)
+
+
 def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: str = MEAN):
-    """Mean SSIM of two (N, C, H, W) float32 CUDA tensors, differentiable (when ``train``) in each image
-    that requires grad, by ``version``'s kernels (one of VERSIONS)."""
+    """Mean SSIM of two (N, C, H, W) float32 tensors on the current CUDA device, differentiable (when ``train``) in
+    each image that requires grad, by ``version``'s kernels (one of VERSIONS). A tensor that is not
+    contiguous (channels-last, a slice) is copied to a contiguous one first."""
     if version not in VERSIONS:
         raise ValueError(f"version: expected one of {VERSIONS}, got {version!r}")
     torch = _torch()
@@ -93,12 +151,18 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: s
     for name, t in (("img1", img1), ("img2", img2)):
         if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != torch.float32:
             raise TypeError(f"{name}: expected a float32 CUDA tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    here = torch.cuda.current_device()
+    if img1.device.index != here or img2.device.index != here:
+        raise ValueError(
+            f"img1 and img2 must be on the current CUDA device (cuda:{here}), got {img1.device} and {img2.device}; "
+            "select theirs with torch.cuda.device(...)"
+        )
+    common.check_shapes(tuple(img1.shape), tuple(img2.shape))
     img1, img2 = img1.contiguous(), img2.contiguous()
     if train and (img1.requires_grad or img2.requires_grad) and torch.is_grad_enabled():
         return _function().apply(img1, img2, padding, version)
-    a, b = _cupy(img1), _cupy(img2)
-    sums = common.fused_sums(version, a, b, valid=padding == "valid")
-    return torch.from_dlpack(sums).sum().div(_pixels(a.shape, padding)).float()
+    sums = _sums(version, img1.detach(), img2.detach(), padding == "valid")
+    return sums.sum().div(_pixels(img1.shape, padding)).float()
 
 
 def _pixels(shape, padding: str) -> int:
