@@ -33,7 +33,8 @@ SHAPES = {
     "vgg conv5 N1 14x14 512-512": ig.Problem(n=1, h=14, w=14, c=512, k=512),
     "vgg conv3 N8 56x56 256-256": ig.Problem(n=8, h=56, w=56, c=256, k=256),
 }
-BASELINES = {"cudnn_frontend": "cuDNN frontend, fastest plan", "torch": "PyTorch channels-last, cudnn.benchmark"}
+BASELINES = {"cudnn_frontend": "frontend plan", "torch": "PyTorch"}  # the frontend's fastest; F.conv2d, cudnn.benchmark
+CLASSES = ("less than one wave", "padded tiles", "full waves")  # what ``reason`` starts with
 WARMUP, REPEAT = 5, 30
 
 
@@ -178,6 +179,7 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
         ratio = cudnn[base] / chosen
         m, n, kd = problem.gemm
         tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props)
+        why = reason(problem, ratio > 1, tiles / (props["sms"] * slots), problem.flops / (tiles * tile_flops))
         out.append(
             {
                 "shape": name,
@@ -192,7 +194,8 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
                 "tiles per SM slot": tiles / (props["sms"] * slots),
                 "useful work": problem.flops / (tiles * tile_flops),
                 "FLOP/B": problem.flops / problem.bytes_compulsory,
-                "why": reason(problem, ratio > 1, tiles / (props["sms"] * slots), problem.flops / (tiles * tile_flops)),
+                "why": why,
+                "class": next(c for c in CLASSES if why.startswith(c)),
             }
         )
     return out
@@ -222,11 +225,7 @@ def summary(table_rows: list[dict]) -> dict:
         "best": max(table_rows, key=lambda r: r["ratio"]),
         "worst": min(table_rows, key=lambda r: r["ratio"]),
         "fastest_chosen": sum(r["best_step"] == r["fastest step"] for r in table_rows),
-        # the layers lost, by the reason's class (the words ``reason`` starts with)
-        "lost": {
-            cls: sum(r["ratio"] <= 1 and r["why"].startswith(cls) for r in table_rows)
-            for cls in ("less than one wave", "padded tiles", "full waves")
-        },
+        "lost": {cls: sum(r["ratio"] <= 1 and r["class"] == cls for r in table_rows) for cls in CLASSES},
     }
 
 
