@@ -14,7 +14,10 @@ UPDATE ?= 0
 FORCE ?= 0
 
 # A chapter's deep-dive pages (NN_<chapter>_deep_<topic>) rerun with it: scripts/rerun.py picks them up.
-CHAPTERS = $(shell ls notebooks/*.ipynb | grep -v _deep_ | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||')
+# In the order rerun-all runs them: the machine and the probes first, since later chapters quote the
+# copy rate, latencies and clocks they measure (kernels/harness/quantities.py) from this GPU's rows.
+MEASURED_FIRST = machine probes_compute probes_memory
+CHAPTERS = $(MEASURED_FIRST) $(filter-out $(MEASURED_FIRST),$(shell ls notebooks/*.ipynb | grep -v _deep_ | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||'))
 
 .PHONY: help book test gpu-test rerun rerun-all clean book-check
 
@@ -25,7 +28,8 @@ help:
 	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
 	@echo "make book-check           the built book in headless Chromium (needs chromium: .ci/run installs it in CI)"
 	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook;"
-	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1)"
+	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1);"
+	@echo "                          a notebook's name (CHAPTER=03_conv) reruns that page alone"
 	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
 	@echo "make student              build/student(.zip): the repository with the notebooks' solutions removed"
 

@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def chapter_notebooks(chapter: str) -> list[Path]:
-    """Notebooks whose name, without its leading number, starts with ``chapter`` (02_ssim_worklog -> ssim)."""
+    """Notebooks whose name, without its leading number, starts with ``chapter`` (02_ssim_worklog -> ssim);
+    a whole notebook name (03_conv) names that page alone."""
+    if (page := ROOT / "notebooks" / f"{chapter}.ipynb").exists():
+        return [page]
     found = [
         p
         for p in sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -1,9 +1,15 @@
 """scripts/rerun.py: chapter names, and the reference column when BOOK_RESULTS points elsewhere."""
 
+import re
+import subprocess
+
 import pytest
 
 import rerun
 from kernels.harness import results
+
+NOTEBOOKS = sorted((rerun.ROOT / "notebooks").glob("*.ipynb"))
+ROOT = rerun.ROOT
 
 ENV = {
     "date": "2099-01-01T00:00:00Z",
@@ -71,6 +77,11 @@ def test_chapter_names_match_notebooks_by_prefix(chapter, stems):
     assert [p.stem for p in rerun.chapter_notebooks(chapter)] == stems
 
 
+def test_a_whole_notebook_name_reruns_that_page_alone():
+    assert [p.stem for p in rerun.chapter_notebooks("03_conv")] == ["03_conv"]
+    assert [p.stem for p in rerun.chapter_notebooks("03_conv_deep_profile")] == ["03_conv_deep_profile"]
+
+
 def test_unknown_chapter_lists_the_names():
     with pytest.raises(SystemExit, match="chapters: .*implicit_gemm"):
         rerun.chapter_notebooks("igemm")
@@ -81,3 +92,18 @@ def test_update_is_refused_on_a_gpu_other_than_the_reference_unless_forced():
         rerun.check_update("nvidia-h200", force=False)
     rerun.check_update("nvidia-h200", force=True)  # told explicitly
     rerun.check_update(results.REFERENCE_GPU, force=False)
+
+
+def test_rerun_all_measures_before_it_quotes():
+    """Chapters that quote the machine's and the probes' numbers (quantities.py) from this GPU's rows run
+    after the chapters that measure them, so a fresh GPU's book never quotes the reference GPU's."""
+    help_text = subprocess.run(["make", "--no-print-directory", "help"], cwd=ROOT, capture_output=True, text=True)
+    order = re.search(r"every chapter, in turn \(([^)]*)\)", help_text.stdout).group(1).split()
+    assert sorted(order) == sorted({re.sub(r"^\d+[a-z]?_", "", p.stem) for p in NOTEBOOKS if "_deep_" not in p.stem})
+    measured = [order.index(c) for c in ("machine", "probes_compute", "probes_memory")]
+    quoting = {
+        next(c for c in order if re.sub(r"^\d+[a-z]?_", "", p.stem).startswith(c))
+        for p in NOTEBOOKS
+        if "quantities." in p.read_text()
+    } - {"machine", "probes_compute", "probes_memory"}
+    assert quoting and all(order.index(c) > max(measured) for c in quoting), (order, quoting)
