@@ -322,8 +322,8 @@ def store(out, d_mu1, d_s11, d_s12, p, y, x, mu1, mu2, ex2, ey2, exy, training):
 def validate(img1, img2) -> tuple:
     """Check the two images and return (N, C, H, W); every error names the constraint."""
     for name, img in (("img1", img1), ("img2", img2)):
-        check.require_array(img, name, dtype=np.float32, ndim=4)
-    return check_shapes(tuple(img1.shape), tuple(img2.shape))
+        check.require_array(img, name, dtype=np.float32)
+    return check_shapes(tuple(img1.shape), tuple(img2.shape))  # the dimensions, with the shape rules
 
 
 def check_shapes(shape1: tuple, shape2: tuple) -> tuple:
