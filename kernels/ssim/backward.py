@@ -102,9 +102,6 @@ def run(img1, img2, grad_map, d_mu1, d_s11, d_s12, *, out=None, tile: dict | Non
     return out
 
 
-B1_COLS, B1_ROWS = 64, 72  # backward.cu's kCols and kRows: the output tile of one block
-
-
 @cache
 def b1_kernel():
     return cuda_cpp.load("ssim/backward.cu", "ssim_backward_b1")
@@ -145,5 +142,8 @@ def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):
 
 def b1_launch(shape) -> tuple:
     """(grid, block) of backward.cu for images of ``shape`` (N, C, H, W): one warp per output tile."""
+    from .cuda_versions import constants
+
     n, c, h, w = shape
-    return ((w + B1_COLS - 1) // B1_COLS, (h + B1_ROWS - 1) // B1_ROWS, n * c), (32,)
+    k = constants("ssim/backward.cu")
+    return ((w + k["kCols"] - 1) // k["kCols"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)

@@ -71,12 +71,19 @@ def kernel_name(version: str) -> str:
 
 
 @cache
-def geometry(version: str) -> dict:
-    """threads per block, output columns and rows per block, as the .cu file defines them."""
-    text = HEADER.read_text() + cuda_cpp.source_path(source(version)).read_text()
+@cache
+def constants(path: str) -> dict:
+    """The ``constexpr int`` constants of an SSIM .cu file (``path`` under kernels/), its header's first."""
+    text = HEADER.read_text() + cuda_cpp.source_path(path).read_text()
     consts: dict = {}
     for name, expr in _CONSTANT.findall(text):
         consts[name] = int(eval(expr, {"__builtins__": {}}, dict(consts)))  # our own simple integer expressions
+    return consts
+
+
+def geometry(version: str) -> dict:
+    """threads per block, output columns and rows per block, as the .cu file defines them."""
+    consts = constants(source(version))
     return {"threads": consts.get("kThreads", consts["kCols"]), "cols": consts["kCols"], "rows": consts["kRows"]}
 
 
