@@ -730,16 +730,14 @@ class Choice:
 
     @property
     def name(self) -> str:
-        return stored_name(self.step, self.stages, self.splits)
+        return stored_name(self.step, self.stages) + (f"_split{self.splits}" if self.splits > 1 else "")
 
 
-def stored_name(step: int, stages: int | None, splits: int = 1) -> str:
-    """The kernel name of (step, stages) in the chapter's results: the source's stem, the stages where
-    the step has a pipeline, the splits of K where more than one (v6_wgmma_3stages_split15; the chapter
-    named step 5's default v5_epilogue)."""
+def stored_name(step: int, stages: int | None) -> str:
+    """The kernel name of (step, stages) in the chapter's results: the source's stem, and the stages
+    where the step has a pipeline (v6_wgmma_3stages; the chapter named step 5's default v5_epilogue)."""
     stem = step_info(step).source.rsplit("/", 1)[-1].split(".")[0]
-    name = stem if stages is None else f"{stem}_{stages}stages"
-    return name + (f"_split{splits}" if splits > 1 else "")
+    return stem if stages is None else f"{stem}_{stages}stages"
 
 
 def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int | None]]:
@@ -795,13 +793,6 @@ def split_reduce_ms(problem: Problem, splits: int) -> float:
     return launch_us / 1e3 + (4 * splits + 2) * outputs / gbps / 1e6
 
 
-def estimate_ms(step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1) -> float:
-    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry), split K's
-    second kernel included."""
-    reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
-    return _cost(step, stages, problem, props, splits) / rate + reduce_ms
-
-
 def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
     """{(step, stages): the model's cost per ms} that make the model give the chapter's stored times of
     the source problem (the reference GPU's run, or ``gpu_slug``'s); empty where none is stored."""
@@ -851,7 +842,11 @@ def best_step(problem: Problem, props: dict | None = None, rates: dict | None = 
             for s in (range(1, k_steps(problem) // 2 + 1) if step_info(v[0]).split_k else (1,))
             if s == 1 or split_plan(problem, s)[1] == s  # each count of splits once
         ]
-        ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:2]], v[2]) for v in timed}
+        ms = {
+            v: _cost(v[0], v[1], problem, props, v[2]) / rates[v[:2]]
+            + (split_reduce_ms(problem, v[2]) if v[2] > 1 else 0.0)
+            for v in timed
+        }
         step, stages, splits = min(timed, key=lambda v: (ms[v], -v[0], v[2]))
         return summary(step, stages, ms[(step, stages, splits)], splits)
     defaults = [v for v in eligible if v[1] == default_stages(v[0])]

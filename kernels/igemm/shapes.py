@@ -36,46 +36,12 @@ SHAPES = {
 BASELINES = {"cudnn_frontend": "frontend plan", "torch": "PyTorch"}  # the frontend's fastest; F.conv2d, cudnn.benchmark
 CLASSES = ("less than one wave", "padded tiles", "full waves")  # what ``reason`` starts with
 WARMUP, REPEAT = 5, 30
-# Split K swept on the layer with the most K per tile: 8 output tiles, 72 K steps each.
-SWEEP_SHAPE = "vgg conv5 N1 14x14 512-512"
-SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 9, 12, 15, 18, 24, 36)  # each leaves every split some of the 72 K steps
 
 
 def kernels() -> tuple[str, ...]:
     """Every kernel name this table's rows may carry."""
     names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in info.depths}
     return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
-
-
-def sweep_kernels() -> tuple[str, ...]:
-    """The kernel names of the split sweep's rows: step 6 at each depth and split count."""
-    step = ig.SPLIT_K[0]
-    return tuple(PREFIX + ig.stored_name(step, d, s) for d in ig.step_info(step).depths for s in SWEEP_SPLITS)
-
-
-def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
-    """Rows of the split-K step at best_step's depth on SWEEP_SHAPE for each of SWEEP_SPLITS, each output
-    checked against the float32 reference first (a wrong one is printed and gets no row)."""
-    timer, step_launch = timer or _time, step_launch or _step_launch
-    problem, step = SHAPES[SWEEP_SHAPE], ig.SPLIT_K[0]
-    choice = ig.best_step(problem)
-    stages = choice.stages if choice.step == step else ig.default_stages(step)
-    xp = device.xp()
-    x, w = ig.random_inputs(problem, rng or np.random.default_rng(6), xp)
-    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
-    rows = []
-    for splits in SWEEP_SPLITS:
-        kernel = ig.stored_name(step, stages, splits)
-        out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
-        launch = step_launch(step, stages, x, w, out, problem, splits)
-        launch()
-        verdict = ig.compare(out, ref, problem, name=f"{kernel} on {SWEEP_SHAPE}")
-        if not verdict.ok:
-            print(verdict)
-            continue
-        ms = float(timer(launch))
-        rows.append({"kernel": PREFIX + kernel, "problem": SWEEP_SHAPE, "metric": "ms", "value": ms, "unit": "ms"})
-    return rows
 
 
 def _time(launch: Callable[[], None]) -> float:
@@ -212,7 +178,7 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
         step = int(at[(PREFIX + "best_step", name, "step")])
         stages = int(at[(PREFIX + "best_step", name, "stages")]) or None
         splits = int(at.get((PREFIX + "best_step", name, "splits"), 1))
-        chosen_name = ig.stored_name(step, stages, splits)
+        chosen_name = ig.stored_name(step, stages) + (f"_split{splits}" if splits > 1 else "")
         steps = {
             k[0][len(PREFIX) :]: v
             for k, v in at.items()
