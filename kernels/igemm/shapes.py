@@ -50,8 +50,8 @@ def _time(launch: Callable[[], None]) -> float:
     return timing.benchmark(launch, warmup=WARMUP, repeat=REPEAT).median_ms
 
 
-def _step_launch(step: int, stages, x, w, out, problem: ig.Problem, splits=None):
-    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages, splits=splits)
+def _step_launch(step: int, stages, x, w, out, problem: ig.Problem):
+    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages)
 
 
 def _cudnn_frontend(problem: ig.Problem, x, w, out):
@@ -110,11 +110,6 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
             (ig.stored_name(step, stages), lambda p, x, w, out, v=(step, stages): step_launch(*v, x, w, out, p))
             for step, stages in ig.variants(problem)
         ]
-        choice = ig.best_step(problem)
-        if choice.splits > 1:  # split K: timed as best_step's own row, not as a variant of the table
-            makers.append(
-                (choice.name, lambda p, x, w, out, c=choice: step_launch(c.step, c.stages, x, w, out, p, c.splits))
-            )
         for kernel, make in [*makers, *baselines.items()]:
             out = xp.empty(problem.y_shape, dtype=np.float16)
             try:
@@ -135,10 +130,8 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
             if hasattr(launch, "copy"):
                 launch.copy = False  # PyTorch's copy to the checked array is no part of its time
             ms[kernel] = float(timer(launch))
-            if kernel != choice.name or choice.splits == 1:
-                rows.append(
-                    {"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": ms[kernel], "unit": "ms"}
-                )
+            rows.append({"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": ms[kernel], "unit": "ms"})
+        choice = ig.best_step(problem)
         if choice.name in ms:
             rows += [
                 {"kernel": PREFIX + "best_step", "problem": name, "metric": metric, "value": value, "unit": unit}
@@ -146,7 +139,6 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
                     ("ms", ms[choice.name], "ms"),
                     ("step", choice.step, ""),
                     ("stages", choice.stages or 0, ""),
-                    ("splits", choice.splits, ""),
                 )
             ]
     return rows
@@ -177,28 +169,22 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
             continue
         step = int(at[(PREFIX + "best_step", name, "step")])
         stages = int(at[(PREFIX + "best_step", name, "stages")]) or None
-        splits = int(at.get((PREFIX + "best_step", name, "splits"), 1))
-        chosen_name = ig.stored_name(step, stages) + (f"_split{splits}" if splits > 1 else "")
         steps = {
             k[0][len(PREFIX) :]: v
             for k, v in at.items()
             if k[1] == name and k[2] == "ms" and k[0][len(PREFIX) :] not in ("best_step", *BASELINES)
         }
-        unsplit = min(steps, key=steps.get)  # every variant of the table runs without a split
-        fastest = chosen_name if chosen < steps[unsplit] else unsplit  # split K is timed only as the choice
+        fastest = min(steps, key=steps.get)
         base = min(cudnn, key=cudnn.get)
         ratio = cudnn[base] / chosen
         m, n, kd = problem.gemm
-        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props, splits)
-        useful = problem.flops / (tiles * tile_flops)
-        why = reason(problem, ratio > 1, tiles / (props["sms"] * slots), useful, splits)
+        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props)
+        why = reason(problem, ratio > 1, tiles / (props["sms"] * slots), problem.flops / (tiles * tile_flops))
         out.append(
             {
                 "shape": name,
                 "M x N x K": f"{m} x {n} x {kd}",
-                "best_step": chosen_name,
-                "splits": splits,
-                "split gain": steps[unsplit] / chosen,  # the fastest unsplit variant's time over the choice's
+                "best_step": ig.stored_name(step, stages),
                 "TFLOP/s": problem.flops / chosen / 1e9,
                 "fastest step": fastest,
                 "cuDNN": BASELINES[base],
@@ -206,7 +192,7 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
                 "ratio": ratio,
                 "verdict": "wins" if ratio > 1 else "loses",
                 "tiles per SM slot": tiles / (props["sms"] * slots),
-                "useful work": useful,
+                "useful work": problem.flops / (tiles * tile_flops),
                 "FLOP/B": problem.flops / problem.bytes_compulsory,
                 "why": why,
                 "class": next(c for c in CLASSES if why.startswith(c)),
@@ -215,18 +201,12 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
     return out
 
 
-def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float, splits: int = 1) -> str:
+def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float) -> str:
     """The words for a win or a loss from the model's features: a partial wave, padded tiles, or full waves."""
     if occupancy < 1:
-        split = f", K split {splits} ways" if splits > 1 else ""
         if won:
-            return f"less than one wave ({occupancy:.0%} of the slots{split}): what decides is how many SMs get work"
-        if splits > 1:
-            return (
-                f"less than one wave ({occupancy:.0%} of the slots{split}): each block is short, so the launches, "
-                "the pipeline's fill and the partial sums' second kernel weigh"
-            )
-        return f"less than one wave ({occupancy:.0%} of the slots): more busy SMs would need smaller tiles"
+            return f"less than one wave ({occupancy:.0%} of the slots): what decides is how many SMs get work"
+        return f"less than one wave ({occupancy:.0%} of the slots): more busy SMs would need split K or smaller tiles"
     if useful < 0.75:
         return f"padded tiles: {useful:.0%} of the tile work is useful"
     if won:
@@ -235,8 +215,8 @@ def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float, spli
 
 
 def summary(table_rows: list[dict]) -> dict:
-    """Shapes won, shapes measured, the geometric mean of the ratios, the best and worst shape, the rows
-    where the choice splits K, and the shapes lost by the class of their reason."""
+    """Shapes won, shapes measured, the geometric mean of the ratios, the best and worst shape, and the
+    shapes lost by the class of their reason."""
     ratios = [r["ratio"] for r in table_rows]
     return {
         "won": sum(r > 1 for r in ratios),
@@ -245,7 +225,6 @@ def summary(table_rows: list[dict]) -> dict:
         "best": max(table_rows, key=lambda r: r["ratio"]),
         "worst": min(table_rows, key=lambda r: r["ratio"]),
         "fastest_chosen": sum(r["best_step"] == r["fastest step"] for r in table_rows),
-        "split": [r for r in table_rows if r["splits"] > 1],
         "lost": {cls: sum(r["ratio"] <= 1 and r["class"] == cls for r in table_rows) for cls in CLASSES},
     }
 
