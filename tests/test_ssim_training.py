@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels.harness import device
-from kernels.ssim import training
+from kernels.ssim import backward, cuda_versions, training
 
 ROOT = training.ROOT
 
@@ -159,3 +159,13 @@ def test_a_candidate_process_runs_in_the_parent_s_mode(monkeypatch, mode):
     assert training._candidate("ours", None, (1, 1, 16, 16), 1) == {"training step": 1.0}
     assert seen["BOOK_MODE"] == mode
     assert ("NUMBA_ENABLE_CUDASIM" in seen) == (mode == device.SIM)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 2160, 3840), (2, 1, 11, 11), (1, 2, 145, 129)])
+def test_b1_grid_covers_the_image_with_backward_cu_tiles(shape):
+    """One warp per kCols x kRows output tile of backward.cu, read from the file (not a second copy)."""
+    k = cuda_versions.constants("ssim/backward.cu")
+    (gx, gy, gz), block = backward.b1_launch(shape)
+    n, c, h, w = shape
+    assert block == (k["kThreads"],) == (32,) and gz == n * c
+    assert (gx - 1) * k["kCols"] < w <= gx * k["kCols"] and (gy - 1) * k["kRows"] < h <= gy * k["kRows"]
