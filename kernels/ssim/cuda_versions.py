@@ -71,7 +71,6 @@ def kernel_name(version: str) -> str:
 
 
 @cache
-@cache
 def constants(path: str) -> dict:
     """The ``constexpr int`` constants of an SSIM .cu file (``path`` under kernels/), its header's first."""
     text = HEADER.read_text() + cuda_cpp.source_path(path).read_text()
