@@ -1,5 +1,7 @@
 import os
+import sys
 
+import numpy as np
 import pytest
 
 from kernels.harness import device
@@ -174,3 +176,40 @@ def test_cuda_program_looks_on_path_then_in_cuda_home_then_in_the_wheels(monkeyp
     on_path = _program(tmp_path / "path", "ptxas")
     assert device.cuda_program("ptxas") == on_path
     assert device.cuda_program("no-such-program") is None
+
+
+@pytest.mark.skipif(device.MODE != device.SIM, reason="checks the simulator's shared arrays")
+def test_the_simulator_gives_a_block_one_shared_array_per_call_site():
+    """The simulator allocates a shared array when a block's first thread asks for it. Unlocked, two threads
+    could both allocate, one then working on a private copy; the harness serializes it. Switching threads
+    as often as the interpreter can makes that race likely if the lock were gone."""
+    import threading
+
+    from numba import float32
+    from numba.cuda.simulator import kernelapi
+
+    threads, before = 32, sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            shared = kernelapi.FakeCUDAShared(0)
+            start = threading.Barrier(threads)
+            got = [None] * threads
+
+            def work(i, shared=shared, start=start, got=got):
+                start.wait()
+                first = shared.array(8, float32)
+                second = shared.array((2, 3), np.int32)  # a call site of its own: a line of its own
+                got[i] = (first, second)
+
+            pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+            for t in pool:
+                t.start()
+            for t in pool:
+                t.join()
+            firsts, seconds = {id(a) for a, _ in got}, {id(b) for _, b in got}
+            assert len(firsts) == len(seconds) == 1, "a thread got a private copy of a shared array"
+            a, b = got[0]
+            assert a is not b and (a.dtype, a.shape, b.dtype, b.shape) == (np.float32, (8,), np.int32, (2, 3))
+    finally:
+        sys.setswitchinterval(before)

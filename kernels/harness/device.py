@@ -80,6 +80,44 @@ def _select() -> tuple[str, str]:
 MODE, REASON = _select()
 
 
+def _serialize_simulator_shared_arrays() -> None:
+    """numba-cuda's simulator gives a block's threads one shared array per call site: the first thread
+    to ask allocates it, unlocked, so two threads can both allocate and one then works alone on a private
+    copy, reading garbage where the others wrote. Rare, but it makes a correct kernel fail a test. Here
+    the look-up and the allocation happen under one lock; the rest is the simulator's own method."""
+    import threading
+    import traceback
+
+    import numpy as np
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    cls = kernelapi.FakeCUDAShared
+    if getattr(cls.array, "serialized", False):
+        return
+    simulators_own = cls.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if alignment is not None or shape == 0:  # an error, or the dynamic buffer: nothing is allocated
+            return simulators_own(self, shape, dtype, alignment)
+        site = traceback.extract_stack(sys._getframe(1), limit=1)[0][0:2]  # the kernel's file and line
+        with lock:
+            found = self._allocations.get(site)
+            if found is None:
+                as_numpy = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                found = self._allocations[site] = np.empty(shape, as_numpy)
+        return found
+
+    array.serialized = True
+    cls.array = array
+
+
+if MODE == SIM:
+    _serialize_simulator_shared_arrays()
+
+
 def on_gpu() -> bool:
     return MODE == GPU
 
