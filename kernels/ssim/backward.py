@@ -15,6 +15,7 @@ from numba import cuda, float32
 from kernels.harness import check, cuda_cpp, device
 
 from .common import GAUSS, RADIUS, WINDOW, planes, tile_params, validate
+from .cuda_versions import constants
 
 GPU_TILE = {"bx": 32, "by": 16}
 SIM_TILE = {"bx": 8, "by": 8}
@@ -142,8 +143,6 @@ def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):
 
 def b1_launch(shape) -> tuple:
     """(grid, block) of backward.cu for images of ``shape`` (N, C, H, W): one warp per output tile."""
-    from .cuda_versions import constants
-
     n, c, h, w = shape
     k = constants("ssim/backward.cu")
     return ((w + k["kCols"] - 1) // k["kCols"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)
