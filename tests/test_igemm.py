@@ -421,6 +421,29 @@ def test_pipeline_depth_is_checked():
             ig.launcher(step, x, w, out, stages=3)
 
 
+def test_split_k_is_checked():
+    x, w = _inputs()
+    out = zeros(ig.CI_PROBLEM.y_shape, np.float16)
+    for step in (5, 7, 8):
+        with pytest.raises(ValueError, match=r"splits divides K over the blocks of steps \(6,\) only"):
+            ig.launcher(step, x, w, out, splits=2)
+    steps = ig.k_steps(ig.CI_PROBLEM)  # 16 channels x 9 taps: 3 K steps of 64
+    for bad in (0, steps + 1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=rf"splits must be an integer from 1 to the problem's {steps} K steps"):
+            ig.launcher(6, x, w, out, splits=bad)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7, 36, 72])
+def test_split_plan_covers_every_k_step_once(steps):
+    problem = ig.Problem(n=1, h=4, w=4, c=64 * steps, k=8, r=1, s=1, pad=0)
+    assert ig.k_steps(problem) == steps
+    for splits in range(1, steps + 1):
+        per, used = ig.split_plan(problem, splits)
+        shares = [min(per, steps - z * per) for z in range(used)]
+        assert sum(shares) == steps and min(shares) >= 1, (splits, per, used)
+        assert used <= splits
+
+
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
 def test_cuda_steps_say_they_need_a_gpu():
     x, w = _inputs()
@@ -542,13 +565,14 @@ def test_steps_compile_without_spills(step, stages, arch):
 @pytest.mark.parametrize("stages", [3, 5])
 def test_wgmma_step_compiles_for_sm90a(stages):
     compiled = cuda_cpp.compile_cubin(ig.STEPS[6][0], "sm_90a", (f"-DSTAGES={stages}",))
-    (res,) = compiled.resources
-    assert res.kernel == ig.STEPS[6][1]
+    res, reduce = sorted(compiled.resources, key=lambda r: r.kernel != ig.STEPS[6][1])
+    assert (res.kernel, reduce.kernel) == (ig.STEPS[6][1], "igemm_split_reduce")  # split K's second kernel
     assert res.spill_stores == 0 and res.spill_loads == 0, compiled.log
+    assert reduce.spill_stores == 0 and reduce.spill_loads == 0, compiled.log
     # 2 blocks of 256 threads per SM need <= 128 registers; a serialized wgmma pipeline is reported as C7510.
     assert res.registers <= ig.step_info(6).max_registers == 128 and "C7510" not in compiled.log, compiled.log
     if sass.available():
-        assert sass.opcodes(sass.disassemble(compiled))["HGMMA"] == 4  # 4 k16 slices of one K step
+        assert sass.opcodes(sass.disassemble(compiled, ig.STEPS[6][1]))["HGMMA"] == 4  # 4 k16 slices of one K step
 
 
 @pytest.mark.parametrize("stages", [3, 4])
@@ -573,8 +597,9 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
 @pytest.mark.parametrize("step", ig.WGMMA)
 @pytest.mark.parametrize("arch", cuda_cpp.TARGETS)
 def test_wgmma_steps_build_empty_for_other_targets(arch, step):
-    (res,) = cuda_cpp.compile_cubin(ig.STEPS[step][0], arch, ("-DSTAGES=4",)).resources
-    assert res.kernel == ig.STEPS[step][1] and res.registers < 16  # the stub: the launcher never runs it
+    resources = cuda_cpp.compile_cubin(ig.STEPS[step][0], arch, ("-DSTAGES=4",)).resources
+    (res,) = [r for r in resources if r.kernel == ig.STEPS[step][1]]
+    assert res.registers < 16  # the stub: the launcher never runs it
 
 
 def test_every_device_helper_is_defined_once():
@@ -692,6 +717,28 @@ def test_fused_epilogue(step, problem, rng):
     out = ig.conv(step, x, w, bias=bias, alpha=0.75, relu=True)
     ref = ig.reference(x, w, bias=bias, alpha=0.75, relu=True)
     assert float((ref == 0).mean()) > 0.2  # ReLU really clamps some outputs
+    result = ig.compare(out, ref, problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+SPLIT_PROBLEMS = [*ig.ODD_PROBLEMS, ig.Problem(n=1, h=14, w=14, c=512, k=512)]  # the last: VGG conv5, 72 K steps
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [2, 3, 5, "all"])
+@pytest.mark.parametrize("problem", SPLIT_PROBLEMS, ids=lambda p: p.label())
+def test_split_k(problem, splits, rng):
+    """Step 6 with its K steps shared by several blocks, the partials added by the second kernel, with the
+    epilogue, into a poisoned output (conv poisons it): every split count, the last split short or not."""
+    import cupy
+
+    if why := ig.unsupported(6, device.properties()):
+        pytest.skip(why)
+    splits = ig.k_steps(problem) if splits == "all" else min(splits, ig.k_steps(problem))
+    x, w = ig.random_inputs(problem, rng, cupy)
+    bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
+    out = ig.conv(6, x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True, splits=splits)
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
     result = ig.compare(out, ref, problem)
     assert result.ok, f"{result} -- {result.detail}"
 

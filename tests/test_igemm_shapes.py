@@ -25,15 +25,35 @@ def test_best_step_picks_the_cheapest_calibrated_variant(problem):
     rates = ig.stored_rates(H100)
     assert rates, "the chapter's stored run calibrates the model"
     choice = ig.best_step(problem, H100)
-    estimates = {v: ig._cost(*v, problem, H100) / r for v, r in rates.items() if v in ig.variants(problem, H100)}
-    assert choice.estimate_ms == min(estimates.values())
-    assert (choice.step, choice.stages) in estimates
+    estimates = {}
+    for v, r in rates.items():
+        if v not in ig.variants(problem, H100):
+            continue
+        for s in range(1, ig.k_steps(problem) // 2 + 1) if v[0] in ig.SPLIT_K else (1,):
+            reduce_ms = ig.split_reduce_ms(problem, s) if s > 1 else 0.0
+            estimates[(*v, s)] = ig._cost(*v, problem, H100, s) / r + reduce_ms
+    assert choice.estimate_ms == pytest.approx(min(estimates.values()))
+    assert (choice.step, choice.stages, choice.splits) in estimates
     info = ig.step_info(choice.step)
     assert ig.unsupported(choice.step, H100, choice.stages) is None
     if info.pipelined:
         assert info.stages[0] <= choice.stages <= info.stages[1]
     assert choice.tiles <= choice.waves * H100["sms"] * choice.slots < choice.tiles + H100["sms"] * choice.slots
     assert 0 < choice.fill <= 1
+
+
+def test_split_k_only_where_the_tiles_leave_sms_idle():
+    """The model splits K where the output tiles are fewer than the SMs and each block is long (VGG's
+    conv5 at batch 1: 8 tiles of 72 K steps), never on the source problem's full waves."""
+    for problem in SHAPES:
+        choice = ig.best_step(problem, H100)
+        if choice.splits > 1:
+            assert choice.step in ig.SPLIT_K and choice.tiles // choice.splits < H100["sms"]
+            assert choice.kwargs["splits"] == choice.splits and choice.name.endswith(f"_split{choice.splits}")
+    assert ig.best_step(ig.PROBLEM, H100).splits == 1
+    vgg5 = ig.best_step(shapes.SHAPES["vgg conv5 N1 14x14 512-512"], H100)
+    assert vgg5.splits > 1 and vgg5.tiles <= H100["sms"]
+    assert ig.split_reduce_ms(ig.PROBLEM, 4) > ig.split_reduce_ms(ig.PROBLEM, 2) > 0
 
 
 def test_best_step_on_the_source_problem_is_the_stored_fastest():
@@ -103,12 +123,12 @@ def _fake(wrong=()):
     """A step launcher that writes the reference (or zeros for the variants in ``wrong``), timed at
     1 ms plus 0.1 ms per step, and baselines at 0.5 ms and 2 ms."""
 
-    def step_launch(step, stages, x, w, out, problem):
+    def step_launch(step, stages, x, w, out, problem, splits=None):
         def launch():
             ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
-            out[...] = 0 if (step, stages) in wrong else ref
+            out[...] = 0 if (step, stages) in wrong or (step, stages, splits) in wrong else ref
 
-        launch.ms = 1 + 0.1 * step
+        launch.ms = 1 + 0.1 * step + 0.01 * (splits or 1)
         return launch
 
     def baseline(ms):
@@ -136,7 +156,7 @@ def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
         assert sum(r["problem"] == name and r["metric"] == "ms" for r in rows) == n_variants - 1 + 2 + 1
         best = {r["metric"]: r["value"] for r in rows if r["problem"] == name and r["kernel"] == "shape_best_step"}
         chosen = ig.best_step(problem)
-        assert best == {"ms": 1 + 0.1 * chosen.step, "step": chosen.step, "stages": chosen.stages or 0}
+        assert best == {"ms": 1.01 + 0.1 * chosen.step, "step": chosen.step, "stages": chosen.stages or 0, "splits": 1}
     env = {"gpu_slug": "fake-gpu", "gpu": "Fake GPU", "date": "2026-01-01T00:00:00Z"}
     path = results.record("igemm", rows, env=env, root=tmp_path)
     stored = list(results.latest("igemm", "fake-gpu", root=tmp_path).values())
@@ -145,7 +165,9 @@ def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
     assert [r["shape"] for r in table] == list(TINY)
     for r in table:
         step = ig.best_step(TINY[r["shape"]]).step
-        assert r["cuDNN"] == shapes.BASELINES["cudnn_frontend"] and r["ratio"] == pytest.approx(0.5 / (1 + 0.1 * step))
+        assert r["cuDNN"] == shapes.BASELINES["cudnn_frontend"] and r["ratio"] == pytest.approx(
+            0.5 / (1.01 + 0.1 * step)
+        )
         assert r["verdict"] == "loses" and r["fastest step"] == "v3_ldmatrix"  # step 2 was wrong
     s = shapes.summary(table)
     assert s["won"] == 0 and s["shapes"] == 2 and s["geomean"] < 1
@@ -225,5 +247,19 @@ def test_a_choice_passes_its_parameters_to_the_launcher():
     for problem in SHAPES:
         choice = ig.best_step(problem, H100)
         inspect.signature(ig.launcher).bind(choice.step, "x", "w", "out", **choice.kwargs)
-        assert choice.kwargs == ({} if choice.stages is None else {"stages": choice.stages})
+        expected = ({} if choice.stages is None else {"stages": choice.stages}) | (
+            {"splits": choice.splits} if choice.splits > 1 else {}
+        )
+        assert choice.kwargs == expected
     assert ig.step_info(6).depths == (3, 4, 5) and ig.step_info(2).depths == (None,)
+
+
+def test_split_sweep_checks_every_split_and_names_its_rows(capsys):
+    step_launch, _ = _fake(wrong={(6, ig.best_step(shapes.SHAPES[shapes.SWEEP_SHAPE]).stages, 4)})
+    rows = shapes.split_sweep(timer=lambda launch: launch.ms, step_launch=step_launch)
+    assert "FAIL" in capsys.readouterr().out, "a wrong split is printed"
+    assert len(rows) == len(shapes.SWEEP_SPLITS) - 1 and {r["problem"] for r in rows} == {shapes.SWEEP_SHAPE}
+    assert {r["kernel"] for r in rows} <= set(shapes.sweep_kernels())
+    assert not any(r["kernel"].endswith("_split4") for r in rows)
+    problem = shapes.SHAPES[shapes.SWEEP_SHAPE]
+    assert all(ig.split_plan(problem, s)[1] == s for s in shapes.SWEEP_SPLITS), "every count is one split_plan keeps"

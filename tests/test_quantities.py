@@ -22,6 +22,12 @@ def test_latencies_are_the_newest_stored_probe_rows():
     assert cycles == float(newest("probes", "math", "latency", "FFMA (baseline)")["value"])
 
 
+def test_launch_is_the_newest_stored_empty_kernel():
+    us, gpu = quantities.empty_kernel_us()
+    row = newest("probes", "empty kernel", "time", "1 x 1 thread")
+    assert (us, gpu) == (float(row["value"]), row["gpu"]) and 0.5 < us < 50
+
+
 def test_clocks_are_the_newest_stored_clock_probe_rows():
     mhz, gpu = quantities.sm_clock_mhz()
     row = newest("probes", "clock", "sm clock")

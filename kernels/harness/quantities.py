@@ -38,6 +38,11 @@ def fma_latency_cycles() -> tuple[float, str]:
     return stored("probes", "math", "latency", "FFMA (baseline)")
 
 
+def empty_kernel_us() -> tuple[float, str]:
+    """One launch of an empty kernel, timed with CUDA events around it (the memory probes), in microseconds."""
+    return stored("probes", "empty kernel", "time", "1 x 1 thread")
+
+
 def sm_clock_mhz() -> tuple[float, str]:
     """The SM clock the compute probes measured (clock64() cycles over %globaltimer in a long spin), in MHz."""
     return stored("probes", "clock", "sm clock")

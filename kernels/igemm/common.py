@@ -34,6 +34,7 @@ WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 
 WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-8: 128 rows of A and 256 of B, 64 halves each
 WGMMA_ALIGN = 1024  # steps 6-8's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
+SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Step:
     specialized: bool = False  # warp-specialized: 128x256 tiles, a grid of `blocks` walking them
     x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
+    split_k: bool = False  # can split K over gridDim.z, with igemm_split_reduce adding the fp32 partials
     max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
     @property
@@ -120,6 +122,7 @@ REGISTRY = (
         stage_bytes=WGMMA_STAGE_BYTES,
         wgmma=True,
         epilogue=True,
+        split_k=True,
         max_registers=128,  # two blocks of 256 threads per SM
     ),
     Step(
@@ -159,6 +162,7 @@ PIPELINED = tuple(s.number for s in REGISTRY if s.pipelined)
 EPILOGUE = tuple(s.number for s in REGISTRY if s.epilogue)
 WGMMA = tuple(s.number for s in REGISTRY if s.wgmma)
 SPECIALIZED = tuple(s.number for s in REGISTRY if s.specialized)
+SPLIT_K = tuple(s.number for s in REGISTRY if s.split_k)
 STAGE_RANGE = {s.number: s.stages for s in REGISTRY if s.pipelined}
 NEEDS = {s.number: s.needs for s in REGISTRY if s.needs}
 
@@ -498,12 +502,15 @@ def launcher(
     stages: int | None = None,
     x_bypass_l1: bool = False,
     blocks: int | None = None,
+    splits: int | None = None,
 ) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
     ``stages`` (steps 4-8 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-8
     only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
-    ``problem.ws_tiles()`` gives one block per tile."""
+    ``problem.ws_tiles()`` gives one block per tile. ``splits`` (step 6 only): how many blocks share
+    each tile's K steps (default 1); above 1 a workspace of ``splits`` fp32 copies of the output and
+    a second kernel that adds them."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
     info = step_info(step)
     if not info.epilogue and (alpha != 1.0 or relu):
@@ -522,6 +529,9 @@ def launcher(
         raise ValueError(f"blocks sets the grid of steps {SPECIALIZED} only")
     if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= problem.ws_tiles()):
         raise ValueError(f"blocks must be an integer from 1 to the {problem.ws_tiles()} tiles, got {blocks!r}")
+    if splits is not None and not info.split_k:
+        raise ValueError(f"splits divides K over the blocks of steps {SPLIT_K} only")
+    k_per_split, splits = split_plan(problem, 1 if splits is None else splits)
     if not info.cuda_cpp:
         from .v1_naive import THREADS as NAIVE_THREADS
         from .v1_naive import igemm_naive
@@ -554,20 +564,53 @@ def launcher(
     if info.epilogue:
         if bias is None:
             bias = cupy.zeros(pr.k, dtype=cupy.float32)
-        args += (bias, cupy.float32(alpha), i32(bool(relu)))
+        epilogue = (bias, cupy.float32(alpha), i32(bool(relu)))
+        args += epilogue
+    # Split K: the fp32 partials, and the kernel that adds them and applies the epilogue (reduce_args).
+    partial = cupy.empty(splits * out.size, dtype=cupy.float32) if splits > 1 else out  # unread without a split
+    if info.split_k:
+        args += (partial, i32(k_per_split))
+    if splits > 1:  # only the split-K steps, which all have the epilogue
+        reduce_args = (partial, i32(splits), i32(out.size // pr.k), i32(pr.k), *epilogue, out)
+        reduce_grid = (-(-out.size // (8 * SPLIT_REDUCE_THREADS)),)
     shared = smem_bytes(step, stages) if info.pipelined else 0
-    grid = problem.grid()
+    grid = problem.grid() + (splits,)
     if info.specialized:
         grid = (int(blocks) if blocks else min(problem.ws_tiles(), device.properties()["sms"]),)
     block = (info.threads,)
+    reduce = split_reduce_kernel(step, stages) if splits > 1 else None
 
     def launch():
         kernel(grid, block, args, shared_mem=shared)
+        if reduce is not None:
+            reduce(reduce_grid, (SPLIT_REDUCE_THREADS,), reduce_args)
 
     # Step 8's args hold only a descriptor of w's address, not w: the launcher keeps w alive itself, or
     # a temporary w could be freed, and its memory reused, while the TMA engine still reads from it.
     launch.w = w
     return launch
+
+
+def k_steps(problem: Problem) -> int:
+    """The 64-tap K steps of the wgmma steps' main loop on ``problem``."""
+    return -(-problem.gemm[2] // 64)
+
+
+def split_plan(problem: Problem, splits: int) -> tuple[int, int]:
+    """(K steps per split, splits that get any): ``splits`` shares of the K steps, the last one short."""
+    steps = k_steps(problem)
+    if not (isinstance(splits, (int, np.integer)) and not isinstance(splits, bool) and 1 <= splits <= steps):
+        raise ValueError(f"splits must be an integer from 1 to the problem's {steps} K steps of 64, got {splits!r}")
+    per = -(-steps // int(splits))
+    return per, -(-steps // per)
+
+
+@cache
+def split_reduce_kernel(step: int, stages: int):
+    """Split K's second kernel, from the module of ``step``'s kernel at ``stages``."""
+    from ..harness import cuda_cpp
+
+    return cuda_cpp.load(step_info(step).source, "igemm_split_reduce", options=(f"-DSTAGES={stages}",), arch="sm_90a")
 
 
 def filter_tensor_map(w):
@@ -614,6 +657,7 @@ def conv(
     out=None,
     x_bypass_l1: bool = False,
     blocks: int | None = None,
+    splits: int | None = None,
 ):
     """Run one step and return its output (poisoned first, so nothing unwritten can pass)."""
     if out is None:
@@ -632,6 +676,7 @@ def conv(
         stages=stages,
         x_bypass_l1=x_bypass_l1,
         blocks=blocks,
+        splits=splits,
     )()
     return out
 
@@ -675,22 +720,26 @@ class Choice:
     waves: int  # rounds of the SMs' slots over the tiles
     fill: float  # the useful fraction of the padded tile work
     estimate_ms: float | None  # the model's time; None where no stored rate calibrates it
+    splits: int = 1  # blocks sharing each tile's K steps (split K); `tiles` counts them all
 
     @property
     def kwargs(self) -> dict:
         """The arguments ``launcher`` and ``conv`` take for it."""
-        return {"stages": self.stages} if self.stages is not None else {}
+        kwargs = {"stages": self.stages} if self.stages is not None else {}
+        return kwargs | ({"splits": self.splits} if self.splits > 1 else {})
 
     @property
     def name(self) -> str:
-        return stored_name(self.step, self.stages)
+        return stored_name(self.step, self.stages, self.splits)
 
 
-def stored_name(step: int, stages: int | None) -> str:
-    """The kernel name of (step, stages) in the chapter's results: the source's stem, and the stages
-    where the step has a pipeline (v6_wgmma_3stages; the chapter named step 5's default v5_epilogue)."""
+def stored_name(step: int, stages: int | None, splits: int = 1) -> str:
+    """The kernel name of (step, stages) in the chapter's results: the source's stem, the stages where
+    the step has a pipeline, the splits of K where more than one (v6_wgmma_3stages_split15; the chapter
+    named step 5's default v5_epilogue)."""
     stem = step_info(step).source.rsplit("/", 1)[-1].split(".")[0]
-    return stem if stages is None else f"{stem}_{stages}stages"
+    name = stem if stages is None else f"{stem}_{stages}stages"
+    return name + (f"_split{splits}" if splits > 1 else "")
 
 
 def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int | None]]:
@@ -707,27 +756,50 @@ def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int
     return out
 
 
-def tile_model(step: int, stages: int | None, problem: Problem, props: dict) -> tuple:
-    """(tile, tiles, slots, waves, padded FLOP per tile) of ``step`` on ``problem``."""
+def tile_model(step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1) -> tuple:
+    """(tile, tiles, slots, waves, padded FLOP per tile) of ``step`` on ``problem``; with ``splits``
+    (split K) a tile is one block's share: every output tile counts once per split, over its K steps."""
     info = step_info(step)
     m, n, kd = problem.gemm
     tile = (BLOCK_M, WS_BLOCK_N if info.specialized else BLOCK_N)
     k_step = 64 if info.wgmma else 32
-    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    k_tiles = -(-kd // k_step)
+    if splits > 1:
+        k_tiles, splits = split_plan(problem, splits)
+    tiles = -(-m // tile[0]) * -(-n // tile[1]) * splits
     smem = smem_bytes(step, stages) if info.pipelined else STAGE_BYTES  # steps 2-3: one A and B tile
     by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
     by_registers = props["regs_per_sm"] // (info.threads * -(-info.max_registers // 8) * 8)  # 8-register units
     slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem, by_registers))
     waves = -(-tiles // (props["sms"] * slots))
-    tile_flops = 2 * tile[0] * tile[1] * (-(-kd // k_step) + 1) * k_step
+    tile_flops = 2 * tile[0] * tile[1] * (k_tiles + 1) * k_step
     return tile, tiles, slots, waves, tile_flops
 
 
-def _cost(step: int, stages: int | None, problem: Problem, props: dict) -> float:
+def _cost(step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1) -> float:
     """The model's time in units of one SM's time per FLOP: waves x tiles sharing an SM x tile work."""
-    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props)
+    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits)
     sharing = min(slots, -(-tiles // props["sms"]))  # blocks on the busiest SM at once
     return waves * sharing * tile_flops
+
+
+def split_reduce_ms(problem: Problem, splits: int) -> float:
+    """Split K's second kernel: one more launch (the probes' empty kernel) and its traffic, ``splits``
+    fp32 partials read and the fp16 output written, at the machine chapter's copy rate."""
+    from ..harness import quantities
+
+    _, splits = split_plan(problem, splits)
+    launch_us, _ = quantities.empty_kernel_us()
+    gbps, _ = quantities.copy_gbps()
+    outputs = problem.gemm[0] * problem.gemm[1]
+    return launch_us / 1e3 + (4 * splits + 2) * outputs / gbps / 1e6
+
+
+def estimate_ms(step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1) -> float:
+    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry), split K's
+    second kernel included."""
+    reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
+    return _cost(step, stages, problem, props, splits) / rate + reduce_ms
 
 
 def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
@@ -765,15 +837,23 @@ def best_step(problem: Problem, props: dict | None = None, rates: dict | None = 
     rates = stored_rates(props) if rates is None else rates
     timed = [v for v in eligible if v in rates]
 
-    def summary(step, stages, ms):
-        tile, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props)
+    def summary(step, stages, ms, splits=1):
+        tile, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits)
         fill = problem.flops / (tiles * tile_flops)
-        return Choice(step, stages, tile, tiles, slots, waves, fill, ms)
+        return Choice(step, stages, tile, tiles, slots, waves, fill, ms, splits)
 
     if timed:
-        ms = {v: _cost(*v, problem, props) / rates[v] for v in timed}
-        step, stages = min(timed, key=lambda v: (ms[v], -v[0]))
-        return summary(step, stages, ms[(step, stages)])
+        # Split K for the steps that take it: every split that leaves each block two K steps or more (one
+        # copied while one is multiplied), its second kernel's time added.
+        timed = [
+            (*v, s)
+            for v in timed
+            for s in (range(1, k_steps(problem) // 2 + 1) if step_info(v[0]).split_k else (1,))
+            if s == 1 or split_plan(problem, s)[1] == s  # each count of splits once
+        ]
+        ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:2]], v[2]) for v in timed}
+        step, stages, splits = min(timed, key=lambda v: (ms[v], -v[0], v[2]))
+        return summary(step, stages, ms[(step, stages, splits)], splits)
     defaults = [v for v in eligible if v[1] == default_stages(v[0])]
     step, stages = min(defaults, key=lambda v: (_cost(*v, problem, props), -v[0]))
     return summary(step, stages, None)

@@ -36,6 +36,9 @@ SHAPES = {
 BASELINES = {"cudnn_frontend": "frontend plan", "torch": "PyTorch"}  # the frontend's fastest; F.conv2d, cudnn.benchmark
 CLASSES = ("less than one wave", "padded tiles", "full waves")  # what ``reason`` starts with
 WARMUP, REPEAT = 5, 30
+# Split K swept on the layer with the most K per tile: 8 output tiles, 72 K steps each.
+SWEEP_SHAPE = "vgg conv5 N1 14x14 512-512"
+SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 9, 12, 15, 18, 24, 36)  # each leaves every split some of the 72 K steps
 
 
 def kernels() -> tuple[str, ...]:
@@ -44,14 +47,45 @@ def kernels() -> tuple[str, ...]:
     return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
 
 
+def sweep_kernels() -> tuple[str, ...]:
+    """The kernel names of the split sweep's rows: step 6 at each depth and split count."""
+    step = ig.SPLIT_K[0]
+    return tuple(PREFIX + ig.stored_name(step, d, s) for d in ig.step_info(step).depths for s in SWEEP_SPLITS)
+
+
+def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
+    """Rows of the split-K step at best_step's depth on SWEEP_SHAPE for each of SWEEP_SPLITS, each output
+    checked against the float32 reference first (a wrong one is printed and gets no row)."""
+    timer, step_launch = timer or _time, step_launch or _step_launch
+    problem, step = SHAPES[SWEEP_SHAPE], ig.SPLIT_K[0]
+    choice = ig.best_step(problem)
+    stages = choice.stages if choice.step == step else ig.default_stages(step)
+    xp = device.xp()
+    x, w = ig.random_inputs(problem, rng or np.random.default_rng(6), xp)
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+    rows = []
+    for splits in SWEEP_SPLITS:
+        kernel = ig.stored_name(step, stages, splits)
+        out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
+        launch = step_launch(step, stages, x, w, out, problem, splits)
+        launch()
+        verdict = ig.compare(out, ref, problem, name=f"{kernel} on {SWEEP_SHAPE}")
+        if not verdict.ok:
+            print(verdict)
+            continue
+        ms = float(timer(launch))
+        rows.append({"kernel": PREFIX + kernel, "problem": SWEEP_SHAPE, "metric": "ms", "value": ms, "unit": "ms"})
+    return rows
+
+
 def _time(launch: Callable[[], None]) -> float:
     from ..harness import timing
 
     return timing.benchmark(launch, warmup=WARMUP, repeat=REPEAT).median_ms
 
 
-def _step_launch(step: int, stages, x, w, out, problem: ig.Problem):
-    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages)
+def _step_launch(step: int, stages, x, w, out, problem: ig.Problem, splits=None):
+    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages, splits=splits)
 
 
 def _cudnn_frontend(problem: ig.Problem, x, w, out):
@@ -110,6 +144,11 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
             (ig.stored_name(step, stages), lambda p, x, w, out, v=(step, stages): step_launch(*v, x, w, out, p))
             for step, stages in ig.variants(problem)
         ]
+        choice = ig.best_step(problem)
+        if choice.splits > 1:  # split K: timed as best_step's own row, not as a variant of the table
+            makers.append(
+                (choice.name, lambda p, x, w, out, c=choice: step_launch(c.step, c.stages, x, w, out, p, c.splits))
+            )
         for kernel, make in [*makers, *baselines.items()]:
             out = xp.empty(problem.y_shape, dtype=np.float16)
             try:
@@ -130,8 +169,10 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
             if hasattr(launch, "copy"):
                 launch.copy = False  # PyTorch's copy to the checked array is no part of its time
             ms[kernel] = float(timer(launch))
-            rows.append({"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": ms[kernel], "unit": "ms"})
-        choice = ig.best_step(problem)
+            if kernel != choice.name or choice.splits == 1:
+                rows.append(
+                    {"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": ms[kernel], "unit": "ms"}
+                )
         if choice.name in ms:
             rows += [
                 {"kernel": PREFIX + "best_step", "problem": name, "metric": metric, "value": value, "unit": unit}
@@ -139,6 +180,7 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
                     ("ms", ms[choice.name], "ms"),
                     ("step", choice.step, ""),
                     ("stages", choice.stages or 0, ""),
+                    ("splits", choice.splits, ""),
                 )
             ]
     return rows
@@ -169,22 +211,28 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
             continue
         step = int(at[(PREFIX + "best_step", name, "step")])
         stages = int(at[(PREFIX + "best_step", name, "stages")]) or None
+        splits = int(at.get((PREFIX + "best_step", name, "splits"), 1))
+        chosen_name = ig.stored_name(step, stages, splits)
         steps = {
             k[0][len(PREFIX) :]: v
             for k, v in at.items()
             if k[1] == name and k[2] == "ms" and k[0][len(PREFIX) :] not in ("best_step", *BASELINES)
         }
-        fastest = min(steps, key=steps.get)
+        unsplit = min(steps, key=steps.get)  # every variant of the table runs without a split
+        fastest = chosen_name if chosen < steps[unsplit] else unsplit  # split K is timed only as the choice
         base = min(cudnn, key=cudnn.get)
         ratio = cudnn[base] / chosen
         m, n, kd = problem.gemm
-        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props)
-        why = reason(problem, ratio > 1, tiles / (props["sms"] * slots), problem.flops / (tiles * tile_flops))
+        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props, splits)
+        useful = problem.flops / (tiles * tile_flops)
+        why = reason(problem, ratio > 1, tiles / (props["sms"] * slots), useful, splits)
         out.append(
             {
                 "shape": name,
                 "M x N x K": f"{m} x {n} x {kd}",
-                "best_step": ig.stored_name(step, stages),
+                "best_step": chosen_name,
+                "splits": splits,
+                "split gain": steps[unsplit] / chosen,  # the fastest unsplit variant's time over the choice's
                 "TFLOP/s": problem.flops / chosen / 1e9,
                 "fastest step": fastest,
                 "cuDNN": BASELINES[base],
@@ -192,7 +240,7 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
                 "ratio": ratio,
                 "verdict": "wins" if ratio > 1 else "loses",
                 "tiles per SM slot": tiles / (props["sms"] * slots),
-                "useful work": problem.flops / (tiles * tile_flops),
+                "useful work": useful,
                 "FLOP/B": problem.flops / problem.bytes_compulsory,
                 "why": why,
                 "class": next(c for c in CLASSES if why.startswith(c)),
@@ -201,12 +249,18 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
     return out
 
 
-def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float) -> str:
+def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float, splits: int = 1) -> str:
     """The words for a win or a loss from the model's features: a partial wave, padded tiles, or full waves."""
     if occupancy < 1:
+        split = f", K split {splits} ways" if splits > 1 else ""
         if won:
-            return f"less than one wave ({occupancy:.0%} of the slots): what decides is how many SMs get work"
-        return f"less than one wave ({occupancy:.0%} of the slots): more busy SMs would need split K or smaller tiles"
+            return f"less than one wave ({occupancy:.0%} of the slots{split}): what decides is how many SMs get work"
+        if splits > 1:
+            return (
+                f"less than one wave ({occupancy:.0%} of the slots{split}): each block is short, so the launches, "
+                "the pipeline's fill and the partial sums' second kernel weigh"
+            )
+        return f"less than one wave ({occupancy:.0%} of the slots): more busy SMs would need smaller tiles"
     if useful < 0.75:
         return f"padded tiles: {useful:.0%} of the tile work is useful"
     if won:
@@ -215,8 +269,8 @@ def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float) -> s
 
 
 def summary(table_rows: list[dict]) -> dict:
-    """Shapes won, shapes measured, the geometric mean of the ratios, the best and worst shape, and the
-    shapes lost by the class of their reason."""
+    """Shapes won, shapes measured, the geometric mean of the ratios, the best and worst shape, the rows
+    where the choice splits K, and the shapes lost by the class of their reason."""
     ratios = [r["ratio"] for r in table_rows]
     return {
         "won": sum(r > 1 for r in ratios),
@@ -225,6 +279,7 @@ def summary(table_rows: list[dict]) -> dict:
         "best": max(table_rows, key=lambda r: r["ratio"]),
         "worst": min(table_rows, key=lambda r: r["ratio"]),
         "fastest_chosen": sum(r["best_step"] == r["fastest step"] for r in table_rows),
+        "split": [r for r in table_rows if r["splits"] > 1],
         "lost": {cls: sum(r["ratio"] <= 1 and r["class"] == cls for r in table_rows) for cls in CLASSES},
     }
 

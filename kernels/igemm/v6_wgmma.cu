@@ -6,6 +6,9 @@
 // move to the layout wgmma reads, K-major rows of 64 halves (128 B) with the 128-byte XOR swizzle
 // (conflict-free for the copy-in and for the tensor cores), K steps of 64, 8 warps per block.
 // Needs sm_90a: built for any other target the kernel is empty, and the launcher refuses to run it.
+// Split K (the same kernel, gridDim.z > 1): block z multiplies K steps z * k_per_split onward and writes
+// its fp32 partial tile to `partial`; igemm_split_reduce adds the partials in order and applies the
+// epilogue. A problem too small to give every SM a tile gives every SM a share of K instead.
 #include <cuda_fp16.h>
 #include "hopper.cuh"
 
@@ -39,7 +42,7 @@ __device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], unsigned long lo
 extern "C" __global__ void __launch_bounds__(THREADS)
 igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __restrict__ y,
                int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
-               const float* __restrict__ bias, float alpha, int relu)
+               const float* __restrict__ bias, float alpha, int relu, float* __restrict__ partial, int k_per_split)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // The swizzle is a function of address bits 4-9: every tile must start on a 1024-byte boundary.
@@ -89,10 +92,11 @@ igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __r
 
     // Pipeline: STAGES - 2 tiles are being copied while one is multiplied and the previous tile's
     // wgmma may still be finishing; its stage is refilled only after every warp has waited for it.
-    const int k_steps = (KD + BK - 1) / BK;
+    const int kt0 = blockIdx.z * k_per_split;   // this block's first K step (0 without a split)
+    const int k_steps = min(k_per_split, (KD + BK - 1) / BK - kt0);
 #pragma unroll
     for (int kt = 0; kt < STAGES - 2; ++kt) {
-        if (kt < k_steps) load_tile(kt, kt * BK);
+        if (kt < k_steps) load_tile(kt, (kt0 + kt) * BK);
         cp_async_commit();                   // empty groups keep the count uniform
     }
 
@@ -110,7 +114,7 @@ igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __r
                             smem_desc(stage + TILE_BYTES + 32 * ks));
         wgmma_commit();
         const int next = kt + STAGES - 2;    // refill the stage tile kt - 2 used
-        if (next < k_steps) load_tile(next % STAGES, next * BK);
+        if (next < k_steps) load_tile(next % STAGES, (kt0 + next) * BK);
         cp_async_commit();
         wgmma_wait<1>();                     // tile kt - 1's products are done, tile kt's may run on
         fence_accumulators(acc);
@@ -118,12 +122,28 @@ igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __r
     wgmma_wait<0>();
     fence_accumulators(acc);
 
+    // Lane l of warp w holds rows 64 group + 16 (w % 4) + l / 4 (+ 8), columns 8 j + 2 (l % 4) (+ 1) in
+    // acc[4 j .. 4 j + 3] (mma.sync's 16x8 layout, 16 times).
+    if (gridDim.z > 1) {   // split K: the raw fp32 sums, 8 bytes per store, into this split's M x K slice
+        float* slice = partial + static_cast<size_t>(blockIdx.z) * M * K;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int half_row = 0; half_row < 2; ++half_row) {
+                const int m = m0 + 64 * group + 16 * (warp & 3) + (lane >> 2) + 8 * half_row;
+                const int n = n0 + 8 * j + 2 * (lane & 3);
+                if (m < M && n < K)   // K % 8 == 0: n + 1 < K too
+                    *reinterpret_cast<float2*>(slice + static_cast<size_t>(m) * K + n) =
+                        make_float2(acc[4 * j + 2 * half_row], acc[4 * j + 2 * half_row + 1]);
+            }
+        cp_async_wait<0>();   // no copy may be left in flight when the block exits
+        return;
+    }
+
     // Epilogue, as in step 5. Every warp must be done with the last tiles before the output overwrites them.
     cp_async_wait<0>();
     __syncthreads();
     half* out = reinterpret_cast<half*>(smem);
-    // Warp w % 4 of the warpgroup holds rows 16 (w % 4) .. +15 of its 64; lane l holds rows l / 4 and
-    // l / 4 + 8, columns 8 j + 2 (l % 4) and +1, in acc[4 j .. 4 j + 3] (mma.sync's 16x8 layout, 16 times).
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const int col = 8 * j + 2 * (lane & 3);
@@ -151,5 +171,32 @@ igemm_v6_wgmma(const half* __restrict__ x, const half* __restrict__ w, half* __r
 // Built for a target without wgmma (the CPU compile test builds every file for sm_80 and sm_90):
 // an empty kernel with the same parameters; common.launcher never launches this build.
 extern "C" __global__ void igemm_v6_wgmma(const half*, const half*, half*, int, int, int, int, int, int, int,
-                                          int, int, int, int, const float*, float, int) {}
+                                          int, int, int, int, const float*, float, int, float*, int) {}
 #endif
+
+// Split K's second kernel: y = epilogue(sum of the `splits` partial M x K slices), added in split order
+// (the same result every run); each thread takes 8 outputs of one row (K % 8 == 0): two 16-byte loads
+// per split, one 16-byte store.
+extern "C" __global__ void igemm_split_reduce(const float* __restrict__ partial, int splits, int M, int K,
+                                              const float* __restrict__ bias, float alpha, int relu,
+                                              half* __restrict__ y) {
+    const size_t size = static_cast<size_t>(M) * K;
+    const size_t i = 8 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+    if (i >= size) return;
+    float v[8] = {};
+    for (int s = 0; s < splits; ++s) {
+        const float4* p = reinterpret_cast<const float4*>(partial + s * size + i);
+        const float4 a = p[0], b = p[1];
+        v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+        v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+    }
+    const int n = static_cast<int>(i % K);
+    __align__(16) half2 out[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        float v0 = alpha * v[2 * j] + bias[n + 2 * j], v1 = alpha * v[2 * j + 1] + bias[n + 2 * j + 1];
+        if (relu) { v0 = fmaxf(v0, 0.0f); v1 = fmaxf(v1, 0.0f); }
+        out[j] = __floats2half2_rn(v0, v1);
+    }
+    *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(out);
+}
