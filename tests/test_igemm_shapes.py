@@ -263,3 +263,55 @@ def test_split_sweep_checks_every_split_and_names_its_rows(capsys):
     assert not any(r["kernel"].endswith("_split4") for r in rows)
     problem = shapes.SHAPES[shapes.SWEEP_SHAPE]
     assert all(ig.split_plan(problem, s)[1] == s for s in shapes.SWEEP_SPLITS), "every count is one split_plan keeps"
+
+
+def _sweep_rows(us: dict, stages: int = 4) -> list[dict]:
+    return [
+        {
+            "kernel": shapes.PREFIX + ig.stored_name(6, stages, s),
+            "problem": shapes.SWEEP_SHAPE,
+            "metric": "ms",
+            "value": str(t / 1e3),
+        }
+        for s, t in us.items()
+    ]
+
+
+def test_the_sweep_curves_take_the_swept_depth_and_the_strongest_cudnn():
+    measured = {1: 70.0, 4: 30.0, 15: 16.0, 36: 25.0}
+    rows = _sweep_rows(measured) + _sweep_rows({1: 90.0}, stages=3)  # a second depth with one split
+    rows.append({"kernel": "shape_v6_wgmma_4stages_split2", "problem": "another", "metric": "ms", "value": "1"})
+    table = [
+        {"kernel": shapes.PREFIX + b, "problem": shapes.SWEEP_SHAPE, "metric": "ms", "value": str(v)}
+        for b, v in zip(shapes.BASELINES, (0.0139, 0.0150), strict=True)
+    ]
+    curves = shapes.sweep_curves(rows, table, H100)
+    assert curves["stages"] == 4 and curves["measured_us"] == pytest.approx(measured)
+    assert list(curves["measured_us"]) == sorted(measured) and curves["cudnn_us"] == pytest.approx(13.9)
+    rate = ig.stored_rates(H100)[(6, 4)]
+    problem = shapes.SHAPES[shapes.SWEEP_SHAPE]
+    assert set(curves["model_us"]) == set(shapes.SWEEP_SPLITS)
+    assert curves["model_us"][15] == pytest.approx(1e3 * ig.estimate_ms(6, 4, problem, H100, rate, 15))
+    assert shapes.sweep_curves(_sweep_rows({1: 70.0}), table, H100) is None, "one split is no curve"
+
+
+def test_the_sweep_findings_choose_their_words_from_the_numbers():
+    measured = {1: 70.0, 4: 30.0, 15: 16.0, 36: 25.0}
+    low = {"measured_us": measured, "model_us": {1: 50.0, 4: 20.0, 15: 10.0, 36: 30.0}, "cudnn_us": 14.0}
+    f = shapes.sweep_findings(low)
+    assert (f["best"], f["model_best"], f["gain"], f["choice_pct"]) == (15, 15, 70 / 16, 0)
+    assert f["measured_shape"] == f["model_shape"] == "falls to 15 splits, then rises"
+    assert f["choice_note"] == "the fastest split itself"
+    assert f["model_side"] == "below the measurement at 3 of 4 splits" and f["cudnn_word"] == "slower than"
+    assert (f["one_side"], f["best_side"]) == ("low", "below") and f["best_gap_us"] == pytest.approx(6)
+    assert f["one_pct"] == pytest.approx(100 * 20 / 70)
+    high = {**low, "model_us": {s: 2 * t for s, t in measured.items()}, "cudnn_us": 20.0}
+    f = shapes.sweep_findings(high)
+    assert f["model_side"] == "above the measurement at every split" and f["cudnn_word"] == "faster than"
+    assert (f["one_side"], f["best_side"], f["one_pct"]) == ("high", "above", pytest.approx(100))
+    off = {**low, "model_us": {1: 10.0, 4: 20.0, 15: 30.0, 36: 40.0}}
+    f = shapes.sweep_findings(off)
+    assert f["model_shape"] == "is lowest unsplit" and f["model_best"] == 1
+    assert f["choice_pct"] == pytest.approx(100 * (70 / 16 - 1))
+    assert f["choice_note"] == f"{100 * (70 / 16 - 1):.0f}% above the fastest split"
+    assert shapes.curve_shape({1: 3.0, 2: 2.0, 4: 1.0}) == "falls all the way to the largest split"

@@ -284,6 +284,83 @@ def summary(table_rows: list[dict]) -> dict:
     }
 
 
+def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict) -> dict | None:
+    """The split sweep at its swept depth: measured and modelled µs per split count, and the strongest
+    cuDNN's µs on SWEEP_SHAPE from the table's rows; None where fewer than two splits are stored."""
+    step = ig.SPLIT_K[0]
+    names = {PREFIX + ig.stored_name(step, d, s): (d, s) for d in ig.step_info(step).depths for s in SWEEP_SPLITS}
+    by_depth: dict[int, dict[int, float]] = {}
+    for r in sweep_rows:
+        if r["problem"] == SWEEP_SHAPE and r["kernel"] in names:
+            d, s = names[r["kernel"]]
+            by_depth.setdefault(d, {})[s] = 1e3 * float(r["value"])
+    if not by_depth or max(map(len, by_depth.values())) < 2:
+        return None
+    stages, measured = max(by_depth.items(), key=lambda kv: len(kv[1]))
+    rate = ig.stored_rates(props)[(step, stages)]
+    problem = SHAPES[SWEEP_SHAPE]
+    cudnn = [
+        1e3 * float(r["value"])
+        for r in table_rows
+        if r["problem"] == SWEEP_SHAPE and r["kernel"] in {PREFIX + b for b in BASELINES} and r["metric"] == "ms"
+    ]
+    return {
+        "step": step,
+        "stages": stages,
+        "measured_us": dict(sorted(measured.items())),
+        "model_us": {s: 1e3 * ig.estimate_ms(step, stages, problem, props, rate, s) for s in SWEEP_SPLITS},
+        "cudnn_us": min(cudnn) if cudnn else math.inf,
+    }
+
+
+def curve_shape(times: dict[int, float]) -> str:
+    """Words for how a time moves as the split grows: where its lowest point is, and what follows it."""
+    best, splits = min(times, key=times.get), sorted(times)
+    if best == splits[0]:
+        return "is lowest unsplit"
+    if best == splits[-1]:
+        return "falls all the way to the largest split"
+    return f"falls to {best} splits, then rises"
+
+
+def sweep_findings(curves: dict) -> dict:
+    """The sweep's numbers and the words that depend on them, over the split counts measured: the fastest
+    split, the model's choice, and where the model sits against the measurement."""
+    measured, model = curves["measured_us"], curves["model_us"]
+    best, chosen, one = min(measured, key=measured.get), min(measured, key=model.get), min(measured)
+    low = sum(model[s] < measured[s] for s in measured)
+    return {
+        "best": best,
+        "best_us": measured[best],
+        "one_us": measured[one],
+        "gain": measured[one] / measured[best],
+        "model_best": chosen,
+        "model_best_us": model[chosen],
+        "model_one_us": model[one],
+        "choice_us": measured[chosen],
+        "choice_pct": 100 * (measured[chosen] / measured[best] - 1),
+        "choice_note": (
+            "the fastest split itself"
+            if chosen == best
+            else f"{100 * (measured[chosen] / measured[best] - 1):.0f}% above the fastest split"
+        ),
+        "cudnn_word": "faster than" if measured[best] < curves["cudnn_us"] else "slower than",
+        "measured_shape": curve_shape(measured),
+        "model_shape": curve_shape({s: model[s] for s in measured}),
+        "model_side": (
+            "below the measurement at every split"
+            if low == len(measured)
+            else "above the measurement at every split"
+            if low == 0
+            else f"below the measurement at {low} of {len(measured)} splits"
+        ),
+        "one_pct": 100 * abs(model[one] / measured[one] - 1),
+        "one_side": "low" if model[one] < measured[one] else "high",
+        "best_gap_us": abs(measured[best] - model[best]),
+        "best_side": "below" if model[best] < measured[best] else "above",
+    }
+
+
 def main() -> int:
     if not device.on_gpu():
         print("needs a CUDA GPU: the shape table times every step and cuDNN")

@@ -19,12 +19,12 @@ using namespace ssim;
 constexpr int kThreads = 32;
 constexpr int kColsPerThread = 2;
 constexpr int kCols = kThreads * kColsPerThread;  // output columns per block
-constexpr int kRows = 72;                          // output rows per strip (taller strips: fewer blocks, slower)
+constexpr int kRows = 96;                          // output rows per strip (the fastest of 36 to 144 in a sweep)
 constexpr int kLead = 8;                           // the row buffer starts at x0 - kLead (16-byte aligned)
 constexpr int kRowLen = kCols + 2 * kLead;         // 80 floats: 20 16-byte chunks per map
 constexpr int kMaps = 3;                           // dm/dmu1, dm/dsigma1^2, dm/dsigma12
 constexpr int kPending = kWindow - 1;              // output rows that still wait for input rows
-constexpr int kStages = 4;                         // row buffers: kStages - 1 rows in flight
+constexpr int kStages = 3;                         // row buffers: kStages - 1 rows in flight (3 to 6 swept)
 constexpr int kUnroll = 2;                         // input rows per trip of the row loop
 }  // namespace
 
