@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     print(f"{'candidate':<24}" + "".join(f"{m:>18}" for m in training.PEER_METRICS))
     for name in names:
         values = {r["metric"]: r["value"] for r in rows if r["kernel"] == name}
-        print(f"{name:<24}" + "".join(f"{values[m]:>18.4g}" for m in training.PEER_METRICS))
+        print(f"{name:<24}" + "".join(f"{values.get(m, float('nan')):>18.4g}" for m in training.PEER_METRICS))
     if rows:
         print("recorded in", results.record(training.CHAPTER, rows))
     return 0 if "ours" in names else 1

@@ -164,17 +164,14 @@ def test_a_cuda_graph_captures_the_training_step(rng):
     _, _, img1, img2 = tensors((1, 3, 131, 257), seed)
     want_loss, want_grad = _step(img1, img2), img1.grad.clone()
     x = img1.detach().clone().requires_grad_(True)
-    warm = torch.cuda.Stream()
-    warm.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warm):
-        for _ in range(2):
-            _step(x, img2)
-    torch.cuda.current_stream().wait_stream(warm)
-    graph = torch.cuda.CUDAGraph()
-    x.grad = None
-    with torch.cuda.graph(graph):
+
+    def step():
+        x.grad = None  # the captured backward allocates the gradient in the graph's memory
         loss = 1 - torch_ssim.fused_ssim(x, img2)
         loss.backward()
+        return loss
+
+    graph, loss = torch_ssim.capture(step)
     x.grad.fill_(float("nan"))  # poisoned: the replay must write every value
     graph.replay()
     torch.cuda.synchronize()

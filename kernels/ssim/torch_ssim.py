@@ -18,6 +18,8 @@ import this module.
 A call is thin on the host: the kernels get the tensors' addresses, launched on PyTorch's current
 stream (so they queue behind the caller's work, and a CUDA graph can capture them), and every
 buffer comes from PyTorch's allocator. The valid map's backward is the Numba kernel, through DLPack.
+``capture(step)`` records a whole training step in one CUDA graph, whose replay skips the host's
+per-operation cost.
 """
 
 from __future__ import annotations
@@ -163,6 +165,23 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: s
         return _function().apply(img1, img2, padding, version)
     sums = _sums(version, img1.detach(), img2.detach(), padding == "valid")
     return sums.sum().div(_pixels(img1.shape, padding)).float()
+
+
+def capture(fn, warmup: int = 2):
+    """``fn`` (a training step on the current device, as a loop runs it) captured in one CUDA graph, after
+    ``warmup`` calls on a side stream, as capture requires: (the graph, what ``fn`` returned while captured).
+    A replay reruns every launch of the step without the host's per-operation cost."""
+    torch = _torch()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
 
 
 def _pixels(shape, padding: str) -> int:
