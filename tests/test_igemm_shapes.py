@@ -31,7 +31,7 @@ def test_best_step_picks_the_cheapest_calibrated_variant(problem):
             continue
         for s in range(1, ig.k_steps(problem) // 2 + 1) if v[0] in ig.SPLIT_K else (1,):
             reduce_ms = ig.split_reduce_ms(problem, s) if s > 1 else 0.0
-            estimates[(*v, s)] = ig._cost(*v, problem, H100, s) / r + reduce_ms
+            estimates[(*v, s)] = ig.launch_ms() + ig._cost(*v, problem, H100, s) / r + reduce_ms
     assert choice.estimate_ms == pytest.approx(min(estimates.values()))
     assert (choice.step, choice.stages, choice.splits) in estimates
     info = ig.step_info(choice.step)
@@ -65,6 +65,23 @@ def test_best_step_on_the_source_problem_is_the_stored_fastest():
     }
     fastest = min(times, key=times.get)
     assert (ig.best_step(ig.PROBLEM, H100).step, ig.best_step(ig.PROBLEM, H100).stages) == fastest
+
+
+def test_the_calibrated_model_gives_the_stored_times_of_the_source_problem():
+    """Each rate makes estimate_ms, launch included, give the variant's stored time on the source problem;
+    the launch is the probes' empty kernel, so the rate belongs to the tiles' work alone."""
+    stored = results.latest("igemm", results.REFERENCE_GPU)
+    rates = ig.stored_rates(H100)
+    assert rates and 0 < ig.launch_ms() < 0.1
+    for (step, stages), rate in rates.items():
+        names = [ig.stored_name(step, stages)] + (
+            [ig.stored_name(step, None)] if stages == ig.default_stages(step) else []
+        )
+        ms = next(
+            float(stored[(n, "source problem", "ms")]["value"]) for n in names if (n, "source problem", "ms") in stored
+        )
+        assert ig.estimate_ms(step, stages, ig.PROBLEM, H100, rate) == pytest.approx(ms, rel=1e-12)
+        assert ig._cost(step, stages, ig.PROBLEM, H100) / rate == pytest.approx(ms - ig.launch_ms(), rel=1e-12)
 
 
 def test_best_step_rules_with_equal_rates():

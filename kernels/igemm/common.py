@@ -783,31 +783,39 @@ def _cost(step: int, stages: int | None, problem: Problem, props: dict, splits: 
     return waves * sharing * tile_flops
 
 
+def launch_ms() -> float:
+    """What any kernel costs before its work: the probes' empty kernel, timed with events around it."""
+    from ..harness import quantities
+
+    return quantities.empty_kernel_us()[0] / 1e3
+
+
 def split_reduce_ms(problem: Problem, splits: int) -> float:
-    """Split K's second kernel: one more launch (the probes' empty kernel) and its traffic, ``splits``
-    fp32 partials read and the fp16 output written, at the machine chapter's copy rate."""
+    """Split K's second kernel: one more launch and its traffic, ``splits`` fp32 partials read and the
+    fp16 output written, at the machine chapter's copy rate."""
     from ..harness import quantities
 
     _, splits = split_plan(problem, splits)
-    launch_us, _ = quantities.empty_kernel_us()
     gbps, _ = quantities.copy_gbps()
     outputs = problem.gemm[0] * problem.gemm[1]
-    return launch_us / 1e3 + (4 * splits + 2) * outputs / gbps / 1e6
+    return launch_ms() + (4 * splits + 2) * outputs / gbps / 1e6
 
 
 def estimate_ms(step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1) -> float:
-    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry), split K's
-    second kernel included."""
+    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry): the launch,
+    the tiles' work, and split K's second kernel."""
     reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
-    return _cost(step, stages, problem, props, splits) / rate + reduce_ms
+    return launch_ms() + _cost(step, stages, problem, props, splits) / rate + reduce_ms
 
 
 def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
-    """{(step, stages): the model's cost per ms} that make the model give the chapter's stored times of
-    the source problem (the reference GPU's run, or ``gpu_slug``'s); empty where none is stored."""
+    """{(step, stages): the model's cost per ms} that make the model (estimate_ms, launch included) give
+    the chapter's stored times of the source problem (the reference GPU's run, or ``gpu_slug``'s); empty
+    where none is stored."""
     from ..harness import results
 
     rows = results.latest("igemm", gpu_slug or results.REFERENCE_GPU)
+    launch = launch_ms()
     rates = {}
     for step, stages in variants(PROBLEM, props):
         names = [stored_name(step, stages)]
@@ -815,8 +823,8 @@ def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
             names.append(stored_name(step, None))  # v5_epilogue: the default depth without its count
         for name in names:
             row = rows.get((name, "source problem", "ms"))
-            if row and float(row["value"]) > 0:
-                rates[(step, stages)] = _cost(step, stages, PROBLEM, props) / float(row["value"])
+            if row and float(row["value"]) > launch:
+                rates[(step, stages)] = _cost(step, stages, PROBLEM, props) / (float(row["value"]) - launch)
                 break
     return rates
 
