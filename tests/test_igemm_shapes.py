@@ -317,7 +317,7 @@ def test_the_sweep_findings_choose_their_words_from_the_numbers():
     low = {"measured_us": measured, "model_us": {1: 50.0, 4: 20.0, 15: 10.0, 36: 30.0}, "cudnn_us": 14.0}
     f = shapes.sweep_findings(low)
     assert (f["best"], f["model_best"], f["gain"], f["choice_pct"]) == (15, 15, 70 / 16, 0)
-    assert f["measured_shape"] == f["model_shape"] == "falls to 15 splits, then rises"
+    assert f["shapes"] == "The measured time falls to 15 splits, then rises, and so does the model's"
     assert f["choice_note"] == "the fastest split itself"
     assert f["model_side"] == "below the measurement at 3 of 4 splits" and f["cudnn_word"] == "slower than"
     assert (f["one_side"], f["best_side"]) == ("low", "below") and f["best_gap_us"] == pytest.approx(6)
@@ -328,7 +328,8 @@ def test_the_sweep_findings_choose_their_words_from_the_numbers():
     assert (f["one_side"], f["best_side"], f["one_pct"]) == ("high", "above", pytest.approx(100))
     off = {**low, "model_us": {1: 10.0, 4: 20.0, 15: 30.0, 36: 40.0}}
     f = shapes.sweep_findings(off)
-    assert f["model_shape"] == "is lowest unsplit" and f["model_best"] == 1
+    assert f["shapes"] == "The measured time falls to 15 splits, then rises; the model's is lowest unsplit"
+    assert f["model_best"] == 1
     assert f["choice_pct"] == pytest.approx(100 * (70 / 16 - 1))
     assert f["choice_note"] == f"{100 * (70 / 16 - 1):.0f}% above the fastest split"
     assert shapes.curve_shape({1: 3.0, 2: 2.0, 4: 1.0}) == "falls all the way to the largest split"

@@ -323,6 +323,13 @@ def curve_shape(times: dict[int, float]) -> str:
     return f"falls to {best} splits, then rises"
 
 
+def shapes_sentence(measured: str, model: str) -> str:
+    """One sentence for the two curves' shapes (curve_shape's words), without saying a shared shape twice."""
+    if measured == model:
+        return f"The measured time {measured}, and so does the model's"
+    return f"The measured time {measured}; the model's {model}"
+
+
 def sweep_findings(curves: dict) -> dict:
     """The sweep's numbers and the words that depend on them, over the split counts measured: the fastest
     split, the model's choice, and where the model sits against the measurement."""
@@ -345,8 +352,7 @@ def sweep_findings(curves: dict) -> dict:
             else f"{100 * (measured[chosen] / measured[best] - 1):.0f}% above the fastest split"
         ),
         "cudnn_word": "faster than" if measured[best] < curves["cudnn_us"] else "slower than",
-        "measured_shape": curve_shape(measured),
-        "model_shape": curve_shape({s: model[s] for s in measured}),
+        "shapes": shapes_sentence(curve_shape(measured), curve_shape({s: model[s] for s in measured})),
         "model_side": (
             "below the measurement at every split"
             if low == len(measured)
