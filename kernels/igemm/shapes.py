@@ -336,6 +336,7 @@ def sweep_findings(curves: dict) -> dict:
     measured, model = curves["measured_us"], curves["model_us"]
     best, chosen, one = min(measured, key=measured.get), min(measured, key=model.get), min(measured)
     low = sum(model[s] < measured[s] for s in measured)
+    choice_pct = 100 * (measured[chosen] / measured[best] - 1)
     return {
         "best": best,
         "best_us": measured[best],
@@ -345,12 +346,8 @@ def sweep_findings(curves: dict) -> dict:
         "model_best_us": model[chosen],
         "model_one_us": model[one],
         "choice_us": measured[chosen],
-        "choice_pct": 100 * (measured[chosen] / measured[best] - 1),
-        "choice_note": (
-            "the fastest split itself"
-            if chosen == best
-            else f"{100 * (measured[chosen] / measured[best] - 1):.0f}% above the fastest split"
-        ),
+        "choice_pct": choice_pct,
+        "choice_note": "the fastest split itself" if chosen == best else f"{choice_pct:.0f}% above the fastest split",
         "cudnn_word": "faster than" if measured[best] < curves["cudnn_us"] else "slower than",
         "shapes": shapes_sentence(curve_shape(measured), curve_shape({s: model[s] for s in measured})),
         "model_side": (
