@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kernels.conv import common as conv
-from kernels.conv import cuda_stages, s1_naive, s2_coalescing, s4_shared, s9_autotune
+from kernels.conv import cuda_stages, s1_naive, s2_coalescing, s4_shared, s9_autotune, s11_halo_autotune
 from kernels.harness import ceilings, check, cudnn_conv, device, roofline, show, timing
 from kernels.igemm import banks
 from kernels.igemm import common as ig
@@ -295,6 +295,12 @@ FIXED = [
     (
         "conv.s9_autotune.candidates: a problem name",
         lambda: s9_autotune.candidates("conv1"),
+        TypeError,
+        "expected a Problem",
+    ),
+    (
+        "conv.s11_halo_autotune.candidates: a problem name",
+        lambda: s11_halo_autotune.candidates("conv2"),
         TypeError,
         "expected a Problem",
     ),

@@ -10,7 +10,17 @@ import numpy as np
 import pytest
 
 from gpus import A100, RTX_4090, T4
-from kernels.conv import common, cuda_stages, cudnn_baseline, model, s4_shared, s9_autotune, stages
+from kernels.conv import (
+    common,
+    cuda_stages,
+    cudnn_baseline,
+    model,
+    registry,
+    s4_shared,
+    s9_autotune,
+    s11_halo_autotune,
+    stages,
+)
 from kernels.harness import check, cuda_cpp, device, perfmodel
 
 ODD = common.Problem("odd", n=1, c=5, k=6, h=13, w=5)  # no size a multiple of any tile
@@ -173,10 +183,11 @@ def test_cuda_cpp_stage_says_it_needs_a_gpu():
         ("VECTORIZE & UNROLL", dict(BY=8, BN=32, TM=6, BKC=16), "TM must be a multiple of 4"),
         ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=65), "SPLIT must be at most 64"),
         ("SPLIT-K", dict(BM=128, BN=64, BKC=8, SPLIT=0), "positive integers"),
-        ("HALO TILE", dict(TH=8, TW=12, BN=64, BKC=8), "TW must be a multiple of 8"),
-        ("HALO TILE", dict(TH=16, TW=16, BN=64, BKC=36), "shared memory"),
-        ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=6), "BKC must be a multiple of 4"),
-        ("HALO TILE", dict(TH=8, TW=16, BKC=8), "tile must set exactly"),
+        ("HALO TILE", dict(TH=8, TW=12, BN=64, BKC=8, TP=8), "TW must be a multiple of TP"),
+        ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=8, TP=7), "TW must be a multiple of TP"),
+        ("HALO TILE", dict(TH=16, TW=16, BN=64, BKC=36, TP=8), "shared memory"),
+        ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=6, TP=8), "BKC must be a multiple of 4"),
+        ("HALO TILE", dict(TH=8, TW=16, BN=64, BKC=8), "tile must set exactly"),
     ],
 )
 def test_bad_tiles_are_rejected(name, tile, match):
@@ -209,6 +220,44 @@ def test_autotune_candidates_compile_without_spills():
     for tile in tiles:
         (res,) = cuda_stages.compile_info("SPLIT-K", dict(tile)).resources
         assert res.spill_stores == 0, (tile, res)
+
+
+def test_halo_autotune_candidates_fit_the_width_and_compile_without_spills():
+    """7 pixels per thread only where 7 divides the width (conv1's 224 and conv2's 14, not 13); every
+    candidate compiles without spills; a smaller shared memory leaves the 32-channel, 64-wide tiles out."""
+    conv1, conv2 = (common.PROBLEMS[p] for p in ("conv1", "conv2"))
+    for p in (conv1, conv2):
+        tiles = s11_halo_autotune.candidates(p)
+        assert {t["TP"] for t in tiles} == {7, 8} and all(t["TW"] == 2 * t["TP"] for t in tiles)
+    odd = common.Problem("w13", n=1, c=16, k=16, h=13, w=13)
+    assert {t["TP"] for t in s11_halo_autotune.candidates(odd)} == {8}
+    a100 = s11_halo_autotune.candidates(conv2, smem_bytes=163 * 1024)  # an A100's opt-in limit
+    assert a100 and all((t["BKC"], t["BN"]) != (32, 64) for t in a100)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="smem_bytes must be a positive integer"):
+            s11_halo_autotune.candidates(conv2, bad)
+    for tile in {tuple(t.items()) for t in s11_halo_autotune.candidates(conv2)}:
+        (res,) = cuda_stages.compile_info("HALO TILE", dict(tile)).resources
+        assert res.spill_stores == 0 and res.stack_bytes == 0, (tile, res)
+
+
+def test_tuner_labels_name_their_tiles():
+    """The results rows name each candidate; stored_run reads the tile back from the name."""
+    for tuner, tile in (
+        (s9_autotune, dict(BM=64, BN=128, BKC=16, SPLIT=2)),
+        (s11_halo_autotune, dict(TH=16, TW=14, BN=64, BKC=32, TP=7)),
+    ):
+        assert tuner.parse(tuner.label(tile)) == tile
+
+
+def test_halo_tile_with_seven_pixels_per_thread():
+    """TP = 7: 14-pixel tile rows, two threads each; conv2's 14 x 14 images need one tile column."""
+    p, tile = common.PROBLEMS["conv2"], dict(TH=16, TW=14, BN=64, BKC=32, TP=7)
+    assert model.launch_shape("HALO AUTOTUNE", p, tile) == (16 * 1 * 1 * 8, 256)
+    assert registry.get("HALO TILE").tile_shape(tile) == (224, 64)
+    assert s11_halo_autotune.useful(p, tile) == 196 / 224
+    assert s11_halo_autotune.useful(p, registry.get("HALO TILE").tile) == 196 / 256
+    assert s11_halo_autotune.useful(common.PROBLEMS["conv1"], registry.get("HALO TILE").tile) == 1.0
 
 
 def test_autotune_splits_only_problems_with_few_blocks():
@@ -566,6 +615,24 @@ def test_gpu_autotune_picks_a_correct_tile():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
+def test_gpu_halo_autotune_picks_a_correct_tile():
+    import cupy
+
+    p = common.Problem("w14", n=3, c=20, k=36, h=14, w=14)
+    x, f = common.to_layout(*common.random_inputs(p), "nhwc")
+    x, f = cupy.asarray(x), cupy.asarray(f)
+    y = cupy.empty(common.shapes(p, "nhwc")[2], dtype=cupy.float32)
+    tiles = [t for t in s11_halo_autotune.candidates(p) if t["BKC"] == 16 and t["BN"] == 32]
+    assert {t["TP"] for t in tiles} == {7, 8}
+    best, rows = s11_halo_autotune.tune(x, f, y, p, tiles=tiles, repeat=3)
+    assert best in [{k: r[k] for k in s11_halo_autotune.KEYS} for r in rows]
+    stage = s11_halo_autotune.stage(best)
+    assert stage.name == "HALO AUTOTUNE" and stage.options == best
+    check.assert_close(*_run(stage, p, seed=None), atol=common.tolerance(p), rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("split", [2, 5, 64])
 def test_gpu_split_k_slices_add_up(split):
     """More slices than steps leaves some slices empty; every split must still sum to the reference."""
@@ -593,18 +660,28 @@ def test_gpu_split_k_zeroes_a_numba_device_array():
     )
 
 
-HALO_TILES = [dict(TH=8, TW=16, BN=64, BKC=16), dict(TH=8, TW=16, BN=64, BKC=8), dict(TH=16, TW=16, BN=64, BKC=8)]
-# (the default, TH=16 TW=16 BN=64 BKC=16, runs in test_gpu_stage_matches_reference)
+HALO_TILES = [
+    dict(TH=8, TW=16, BN=64, BKC=16, TP=8),
+    dict(TH=8, TW=16, BN=64, BKC=8, TP=8),
+    dict(TH=16, TW=16, BN=64, BKC=8, TP=8),
+    dict(TH=16, TW=14, BN=64, BKC=32, TP=7),
+    dict(TH=8, TW=14, BN=32, BKC=16, TP=7),
+]
+# (the default, TH=16 TW=16 BN=64 BKC=16 TP=8, runs in test_gpu_stage_matches_reference)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("tile", HALO_TILES, ids=lambda t: "x".join(str(v) for v in t.values()))
 @pytest.mark.parametrize(
-    "problem", GPU_PROBLEMS + [common.Problem("c68", n=2, c=68, k=72, h=9, w=33)], ids=lambda p: p.name
+    "problem",
+    GPU_PROBLEMS
+    + [common.Problem("c68", n=2, c=68, k=72, h=9, w=33), common.Problem("w21", n=2, c=36, k=40, h=15, w=21)],
+    ids=lambda p: p.name,
 )
 def test_gpu_halo_tile_variants(tile, problem):
-    """Every HALO TILE tile the notebook times: halo edges, partial channel chunks, partial K blocks."""
+    """HALO TILE tiles of 8 and 7 pixels per thread: halo edges, partial tiles and channel chunks, partial K
+    blocks, widths that 7 divides (w21) and that it does not."""
     s = cuda_stages.stage("HALO TILE", tile)
     check.assert_close(*_run(s, problem, seed=None), atol=common.tolerance(problem), rtol=1e-5)
 

@@ -18,6 +18,11 @@ def test_load_reads_the_reference_gpus_rates_times_and_autotune_candidates(run):
     best = min(run.tune_all["conv2"], key=lambda r: r["ms"])
     assert run.tuned["conv2"] == {k: best[k] for k in ("BM", "BN", "BKC", "SPLIT")}
     assert ("AUTOTUNE", "conv2", run.tuned["conv2"]) in run.timed
+    assert set(run.candidates) == set(stored_run.TUNERS) and run.candidates["AUTOTUNE"] == run.tune_all
+    halo = run.candidates["HALO AUTOTUNE"]
+    assert set(halo) == {"conv1", "conv2"} and {r["TP"] for r in halo["conv2"]} == {7, 8}
+    best = min(halo["conv2"], key=lambda r: r["ms"])
+    assert ("HALO AUTOTUNE", "conv2", {k: best[k] for k in ("TH", "TW", "BN", "BKC", "TP")}) in run.timed
     assert not {name for name, _, _ in run.timed} & {"SEQ", "cuDNN"}
 
 

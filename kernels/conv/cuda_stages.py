@@ -12,9 +12,9 @@ from functools import cache
 
 import numpy as np
 
-from ..harness import cuda_cpp, device
+from ..harness import cuda_cpp, device, timing
 from . import registry
-from .common import Problem, Stage
+from .common import Problem, Stage, launcher
 
 # Views of the registry's CUDA C++ stages (those with a .cu file), in its order.
 CUDA = tuple(s for s in registry.REGISTRY if s.file.endswith(".cu"))
@@ -66,6 +66,8 @@ def check_tile(name: str, tile: dict) -> None:
     for key, multiple in spec.multiples.items():
         if tile[key] % multiple:
             raise ValueError(f"{name}: {key} must be a multiple of {multiple}, got {tile}")
+    if spec.halo and tile["TW"] % tile["TP"]:
+        raise ValueError(f"{name}: TW must be a multiple of TP (a thread owns TP pixels of a tile row), got {tile}")
     if spec.dynamic_smem_bytes(tile) > SMEM_PER_BLOCK:
         raise ValueError(
             f"{name}: the tile needs {spec.dynamic_smem_bytes(tile)} bytes of shared memory, "
@@ -134,6 +136,28 @@ def stage(name: str, tile: dict | None = None) -> Stage:
 
     vector = spec.vector
     return Stage(name, spec.layout, launch, c_multiple=vector, k_multiple=vector, needs_gpu=True, options=tile)
+
+
+def time_tiles(name: str, tiles: list[dict], x, f, y, p: Problem, repeat: int = 10) -> tuple[dict, list[dict]]:
+    """Time stage ``name`` with every tile of ``tiles`` on (x, f, y); return the fastest tile and one row
+    per tile (the tile, ms, GFLOP/s). The autotuners' measurement."""
+    rows = []
+    for tile in tiles:
+        t = timing.benchmark(launcher(stage(name, tile), x, f, y), warmup=2, repeat=repeat)
+        rows.append({**tile, "ms": t.median_ms, "GFLOP/s": p.flops / (t.median_ms * 1e-3) / 1e9})
+    if not rows:
+        raise ValueError(f"no candidate tiles for problem {p}")
+    best = min(rows, key=lambda r: r["ms"])
+    return {k: best[k] for k in tiles[0]}, rows
+
+
+def tuned(name: str, tile: dict) -> Stage:
+    """Autotuner ``name`` (a registry record with ``runs``) as a stage: the kernel it runs, compiled with
+    the ``tile`` it chose, under its own name."""
+    s = stage(registry.get(name).runs, tile)
+    return Stage(
+        name, s.layout, s.launch, c_multiple=s.c_multiple, k_multiple=s.k_multiple, needs_gpu=True, options=tile
+    )
 
 
 STAGES = {name: stage(name) for name in FILES}  # with their default tiles

@@ -30,7 +30,7 @@ class StageSpec:
     layout: str = "nhwc"
     gpu: bool = True  # False: SEQ runs on the CPU
     module: ModuleType | None = None  # a Numba stage's module (its STAGE; THREADS and TP where untiled)
-    runs: str = ""  # the stage whose kernel this one launches with a tile chosen by timing (AUTOTUNE)
+    runs: str = ""  # the stage whose kernel this one launches with a tile chosen by timing (the autotuners)
     tile: dict | None = None  # the tile the book times; None: the stage has none, or chooses it per problem
     sim_tile: dict | None = None  # the smaller tile the simulator runs (each thread is a Python thread)
     vector: int = 1  # channels moved at once (float4): C and K must be multiples of it
@@ -154,9 +154,10 @@ REGISTRY: tuple[StageSpec, ...] = (
         "HALO TILE",
         "s10_halo_tile.cu",
         "conv_halo_tile",
-        dict(TH=16, TW=16, BN=64, BKC=16),
-        multiples={"TW": 8, "BKC": 4, "BN": 16},  # a thread owns 8 columns of a row
+        dict(TH=16, TW=16, BN=64, BKC=16, TP=8),
+        multiples={"BKC": 4, "BN": 16},  # and TW a multiple of TP: a thread owns TP columns of a row
         pixel_keys=("TH", "TW"),
+        thread_pixels="TP",
         halo=True,
         cp_async=True,
         min_cc=80,
@@ -164,6 +165,7 @@ REGISTRY: tuple[StageSpec, ...] = (
         loops=("chunk", "group"),  # channel chunks, groups of 4 channels; the taps unrolled
     ),
     StageSpec("AUTOTUNE", "conv/s9_autotune.py", "conv_split_k", "cuda", runs="SPLIT-K"),
+    StageSpec("HALO AUTOTUNE", "conv/s11_halo_autotune.py", "conv_halo_tile", "cuda", runs="HALO TILE"),
 )
 NAMES = tuple(s.name for s in REGISTRY)
 _BY_NAME = {s.name: s for s in REGISTRY}
@@ -181,6 +183,6 @@ def get(stage: str | StageSpec) -> StageSpec:
 
 
 def launched(stage: str | StageSpec) -> StageSpec:
-    """The record of the kernel ``stage`` launches: its own, or (AUTOTUNE) the stage it runs."""
+    """The record of the kernel ``stage`` launches: its own, or (an autotuner) the stage it runs."""
     spec = get(stage)
     return get(spec.runs) if spec.runs else spec

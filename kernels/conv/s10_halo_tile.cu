@@ -2,9 +2,10 @@
 // TH x TW output pixels of one image x BN output channels; per chunk of BKC input channels it copies the
 // (TH+2) x (TW+2) input halo ONCE, with the filter of all 9 taps, and runs the 9 taps out of shared
 // memory. DOUBLE BUFFER copied an input tile for every tap: 9 x the copies, index arithmetic and barriers.
-// A thread owns 8 consecutive pixels of one row x 8 output channels. For one filter row and 4 channels it
-// loads the 10 input pixels its outputs see through the 3 column taps (10 LDS.128, channels innermost)
+// A thread owns TP consecutive pixels of one row x 8 output channels. For one filter row and 4 channels it
+// loads the TP + 2 input pixels its outputs see through the 3 column taps (LDS.128, channels innermost)
 // and uses them for all 3 column taps: the shift by one column is a register renaming at compile time.
+// TP = 7 fits a tile row to 14-pixel image rows (HALO AUTOTUNE chooses it where it is faster).
 // The copies are cp.async (global -> shared without registers, zero-filled outside the image), two
 // buffers deep: chunk t + 1 is in flight while chunk t is computed. Shared memory is dynamic: the
 // default 16 x 16 x 64 tile with 16-channel chunks needs about half of an SM's shared memory per block.
@@ -26,7 +27,9 @@
 #ifndef BKC
 #define BKC 16        // input channels per shared-memory step
 #endif
-#define TP 8          // pixels per thread: consecutive columns of one row
+#ifndef TP
+#define TP 8          // pixels per thread: consecutive columns of one row (TW a multiple of TP)
+#endif
 #define TN 8          // output channels per thread (two groups of 4, half a tile apart)
 
 constexpr int TX = BN / TN, TY = TH * TW / TP, THREADS = TX * TY;

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from itertools import product
 
-from ..harness import device, timing
+from ..harness import device
 from . import cuda_stages, registry
-from .common import Problem, launcher, require_problem
+from .common import Problem, require_problem
 
 NAME = registry.get("AUTOTUNE").runs  # the kernel it tunes: SPLIT-K
 KEYS = ("BM", "BN", "BKC", "SPLIT")
+METRIC = "autotune_ms"  # the results rows of every candidate's time
 
 
 def candidates(p: Problem, sms: int | None = None) -> list[dict]:
@@ -41,20 +42,19 @@ def candidates(p: Problem, sms: int | None = None) -> list[dict]:
 
 def tune(x, f, y, p: Problem, tiles: list[dict] | None = None, repeat: int = 10) -> tuple[dict, list[dict]]:
     """Time every candidate tile on (x, f, y); return the fastest tile and one row per candidate."""
-    rows = []
-    for tile in tiles or candidates(p):
-        run = launcher(cuda_stages.stage(NAME, tile), x, f, y)
-        t = timing.benchmark(run, warmup=2, repeat=repeat)
-        rows.append({**tile, "ms": t.median_ms, "GFLOP/s": p.flops / (t.median_ms * 1e-3) / 1e9})
-    if not rows:
-        raise ValueError(f"no candidate tiles for problem {p}")
-    best = min(rows, key=lambda r: r["ms"])
-    return {k: best[k] for k in KEYS}, rows
+    return cuda_stages.time_tiles(NAME, tiles or candidates(p), x, f, y, p, repeat)
 
 
 def stage(tile: dict):
     """The tuned stage: SPLIT-K compiled with ``tile``, under its own name."""
-    s = cuda_stages.stage(NAME, tile)
-    return type(s)(
-        "AUTOTUNE", s.layout, s.launch, c_multiple=s.c_multiple, k_multiple=s.k_multiple, needs_gpu=True, options=tile
-    )
+    return cuda_stages.tuned("AUTOTUNE", tile)
+
+
+def label(tile: dict) -> str:
+    """A candidate's name in the results rows: "SPLIT-K 64 x 128, BKC 16, SPLIT 2"."""
+    return f"{NAME} {tile['BM']} x {tile['BN']}, BKC {tile['BKC']}, SPLIT {tile['SPLIT']}"
+
+
+def parse(text: str) -> dict:
+    """The tile a ``label`` names."""
+    return dict(zip(KEYS, (int(v) for v in text[len(NAME) :].replace(",", " ").split()[::2][:4]), strict=True))

@@ -7,7 +7,7 @@ from ..harness import device
 from . import cuda_stages, registry
 from .common import Stage
 
-# The GPU stages with a kernel of their own (not SEQ, on the CPU, nor AUTOTUNE, which runs SPLIT-K's)
+# The GPU stages with a kernel of their own (not SEQ, on the CPU, nor the autotuners, which run another's)
 GPU_STAGES = tuple(s.name for s in registry.REGISTRY if s.gpu and not s.runs)
 FILES = {s.name: s.file for s in registry.REGISTRY}
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..harness import ceilings, device, perfmodel, quantities, results
 from ..harness.glue import glue
-from . import common, model, registry, s9_autotune, stages
+from . import common, model, registry, s9_autotune, s11_halo_autotune, stages
 
 PROBLEMS = ("conv1", "conv2")
 TOLERANCE = 0.15  # the book's goal for the model: how far a prediction may miss the measured rate
@@ -25,6 +25,7 @@ TOLERANCE = 0.15  # the book's goal for the model: how far a prediction may miss
 KERNEL_FN = {s.name: s.kernel for s in registry.REGISTRY if s.gpu and not s.runs}
 HALO = next(s.name for s in registry.REGISTRY if s.halo)
 TUNED = tuple(s.name for s in registry.REGISTRY if s.runs)  # stages whose tile is chosen by timing
+TUNERS = {"AUTOTUNE": s9_autotune, "HALO AUTOTUNE": s11_halo_autotune}  # their modules: candidates, label, parse
 
 
 def gpu_slug() -> str:
@@ -48,9 +49,10 @@ class Run:
     w: perfmodel.Weights
     lat: perfmodel.Latencies
     props: dict
-    tune_all: dict  # {problem: [{BM, BN, BKC, SPLIT, ms, GFLOP/s} of every autotune candidate]}
-    tuned: dict  # {problem: the fastest candidate's tile}
+    tune_all: dict  # {problem: [{BM, BN, BKC, SPLIT, ms, GFLOP/s} of every AUTOTUNE candidate]}
+    tuned: dict  # {problem: AUTOTUNE's fastest candidate's tile}
     timed: list  # (stage, problem, tile) of every timed launch
+    candidates: dict = field(default_factory=dict)  # {tuner: {problem: [tile + ms, GFLOP/s of every candidate]}}
 
     def value(self, kernel: str, metric: str, problem: str = "-") -> float:
         return float(self.stored[(kernel, problem, metric)]["value"])
@@ -88,22 +90,24 @@ def load(slug: str | None = None) -> Run:
         l1=ref("latency", "L1 hit"),
         l2_far=ref("latency", "L2 far hit"),
     )
-    measured, tune_all = {}, {}
-    newest_tune = max((r["date"] for r in stored.values() if r["metric"] == "autotune_ms"), default=None)
-    for (kernel, pname, metric), r in stored.items():
-        if metric == "gflops":
-            measured[(kernel, pname)] = float(r["value"])
-        elif metric == "autotune_ms" and r["date"] == newest_tune:  # "SPLIT-K 64 x 128, BKC 16, SPLIT 2"
-            bm, bn, bkc, split = (int(v) for v in kernel.replace(",", " ").split()[1::2][:4])
-            ms = float(r["value"])
-            tune_all.setdefault(pname, []).append(
-                dict(BM=bm, BN=bn, BKC=bkc, SPLIT=split, ms=ms, **{"GFLOP/s": common.PROBLEMS[pname].flops / ms / 1e6})
-            )
-    tuned = {p: {k: min(c, key=lambda r: r["ms"])[k] for k in s9_autotune.KEYS} for p, c in tune_all.items()}
+    measured = {
+        (kernel, pname): float(r["value"]) for (kernel, pname, metric), r in stored.items() if metric == "gflops"
+    }
+    candidates, tuned = {}, {}
+    for name, tuner in TUNERS.items():  # each tuner's candidates of its newest run, named by tuner.label
+        newest = max((r["date"] for r in stored.values() if r["metric"] == tuner.METRIC), default=None)
+        rows = candidates[name] = {}
+        for (kernel, pname, metric), r in stored.items():
+            if metric == tuner.METRIC and r["date"] == newest:
+                ms = float(r["value"])
+                rows.setdefault(pname, []).append(
+                    {**tuner.parse(kernel), "ms": ms, "GFLOP/s": common.PROBLEMS[pname].flops / ms / 1e6}
+                )
+        tuned[name] = {p: {k: min(c, key=lambda r: r["ms"])[k] for k in tuner.KEYS} for p, c in rows.items()}
     timed = [
-        (name, pname, tuned[pname] if name in TUNED else None)
+        (name, pname, tuned[name][pname] if name in TUNED else None)
         for (name, pname) in measured
-        if name in (*stages.GPU_STAGES, *TUNED) and (name not in TUNED or pname in tuned)
+        if name in (*stages.GPU_STAGES, *TUNED) and (name not in TUNED or pname in tuned[name])
     ]
     return Run(
         gpu=next(iter(stored.values()))["gpu"],
@@ -114,9 +118,10 @@ def load(slug: str | None = None) -> Run:
         w=perfmodel.weights(rates["fp32"], rates["ldst"], rates["other"]),
         lat=lat,
         props=device.target_properties(),
-        tune_all=tune_all,
-        tuned=tuned,
+        tune_all=candidates["AUTOTUNE"],
+        tuned=tuned["AUTOTUNE"],
         timed=timed,
+        candidates=candidates,
     )
 
 
@@ -278,6 +283,7 @@ SLUG = {
     "SPLIT-K": "splitk",
     "HALO TILE": "halo",
     "AUTOTUNE": "auto",
+    "HALO AUTOTUNE": "halo_auto",
     "cuDNN": "cudnn",
     "cuDNN NHWC": "cudnn_nhwc",
     "cuDNN NCHW": "cudnn_nchw",
