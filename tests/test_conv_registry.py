@@ -71,6 +71,10 @@ def test_an_unknown_stage_is_refused_naming_the_stages():
         registry.get(3)
     spec = registry.get("HALO TILE")
     assert registry.get(spec) is spec and registry.launched("AUTOTUNE") is registry.get("SPLIT-K")
+    assert registry.launched("HALO AUTOTUNE") is registry.get("HALO TILE")
+    assert set(stored_run.TUNERS) == set(stored_run.TUNED)  # every autotuner has its module, and no other
+    for name, tuner in stored_run.TUNERS.items():
+        assert tuner.NAME == registry.get(name).runs
 
 
 @pytest.mark.parametrize("spec", [s for s in GPU if s.language == "numba"], ids=lambda s: s.name)

@@ -2,9 +2,9 @@
 
 HALO TILE's 16 x 16 tile fits conv1's 224 x 224 images but not conv2's 14 x 14 ones, whose tiles
 compute a quarter padding. A thread owns TP pixels of a tile row; where 7 divides the image width and
-8 does not, TP = 7 fits two threads to a 14-pixel row. How the tile's rows, output channels and chunk
-depth then trade registers, blocks and barriers is hard to predict, so, as AUTOTUNE did for SPLIT-K,
-we time a handful of candidates per problem and keep the fastest.
+8 does not, TP = 7 fits two threads to a 14-pixel row. How the tile's output channels and chunk depth
+then trade registers, blocks and barriers is hard to predict, so, as AUTOTUNE did for SPLIT-K, we time
+a handful of candidates per problem and keep the fastest.
 """
 
 from __future__ import annotations
