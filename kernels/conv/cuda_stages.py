@@ -151,6 +151,13 @@ def time_tiles(name: str, tiles: list[dict], x, f, y, p: Problem, repeat: int = 
     return {k: best[k] for k in tiles[0]}, rows
 
 
+def parse_label(name: str, keys: tuple, text: str) -> dict:
+    """The tile an autotuner's results label names ("<name> 16 x 14, BN 64, ..."): its numbers in order,
+    one for each of ``keys``."""
+    numbers = text[len(name) :].replace(",", " ").split()[::2][: len(keys)]
+    return dict(zip(keys, (int(v) for v in numbers), strict=True))
+
+
 def tuned(name: str, tile: dict) -> Stage:
     """Autotuner ``name`` (a registry record with ``runs``) as a stage: the kernel it runs, compiled with
     the ``tile`` it chose, under its own name."""

@@ -56,7 +56,7 @@ def label(tile: dict) -> str:
 
 def parse(text: str) -> dict:
     """The tile a ``label`` names."""
-    return dict(zip(KEYS, (int(v) for v in text[len(NAME) :].replace(",", " ").split()[::2][:5]), strict=True))
+    return cuda_stages.parse_label(NAME, KEYS, text)
 
 
 def useful(p: Problem, tile: dict) -> float:

@@ -57,4 +57,4 @@ def label(tile: dict) -> str:
 
 def parse(text: str) -> dict:
     """The tile a ``label`` names."""
-    return dict(zip(KEYS, (int(v) for v in text[len(NAME) :].replace(",", " ").split()[::2][:4]), strict=True))
+    return cuda_stages.parse_label(NAME, KEYS, text)
