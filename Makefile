@@ -25,7 +25,8 @@ help:
 	@echo "make book                 build the HTML book from the notebooks' stored outputs"
 	@echo "                          (RESULTS_FROM=<gpu>: from that GPU's rerun in build/rerun/<gpu>/)"
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
-	@echo "make gpu-test             the tests marked gpu, on this machine's GPU"
+	@echo "make gpu-test             the tests marked gpu, on this machine's GPU (PART=k/n: every n-th from the k-th;"
+	@echo "                          the ledger counts a source verified once all n parts passed at its bytes)"
 	@echo "make book-check           the built book in headless Chromium (needs chromium: .ci/run installs it in CI)"
 	@echo "make rerun CHAPTER=name   re-execute one chapter on this GPU (UPDATE=1 refreshes the committed notebook;"
 	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1);"
@@ -63,7 +64,7 @@ test: $(SETUP) book
 	  --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900
 
 gpu-test: $(SETUP)
-	GPU_VERDICTS=tests/gpu_verdicts.json $(PYTHON) -m pytest -q -ra -m gpu tests
+	GPU_VERDICTS=tests/gpu_verdicts.json GPU_PART=$(PART) $(PYTHON) -m pytest -q -ra --durations=10 -m gpu tests
 
 rerun: $(SETUP)
 	@test -n "$(CHAPTER)" || (echo "usage: make rerun CHAPTER=<name>, e.g. CHAPTER=machine" && exit 2)

@@ -19,7 +19,7 @@ def pytest_configure(config):
             returncode=2,
         )
     if (path := os.environ.get("GPU_VERDICTS")) and device.MODE == device.GPU:  # set by `make gpu-test`
-        config.pluginmanager.register(GpuVerdicts(config, Path(path)), "gpu-verdicts")
+        config.pluginmanager.register(GpuVerdicts(config, Path(path), os.environ.get("GPU_PART")), "gpu-verdicts")
 
 
 class GpuVerdicts:
@@ -27,16 +27,31 @@ class GpuVerdicts:
 
     RANK = ("passed", "skipped", "failed")  # a test's outcome is the worst of its set-up, call and teardown
 
-    def __init__(self, config, path: Path):
+    def __init__(self, config, path: Path, part: str | None = None):
         self.path = path
+        self.part = gpu_ledger.parse_part(part)  # (k, n): this run is part k of n of the gpu tests
+        self.other_parts = set()  # the gpu tests left to the other parts
         self.outcomes = {}
         tests = gpu_ledger.ROOT / "tests"
         self.left_out = [
             a for a in config.args if not tests.is_relative_to(Path(config.invocation_params.dir, a).resolve())
         ]
 
+    def pytest_collection_modifyitems(self, config, items):
+        """In a part run, keep every n-th gpu test from the k-th on (interleaved, so parts take alike)."""
+        if self.part is None:
+            return
+        k, n = self.part
+        gpu = [item for item in items if "gpu" in item.keywords]
+        others = [item for i, item in enumerate(gpu) if i % n != k - 1]
+        self.other_parts = {item.nodeid for item in others}
+        items[:] = [item for item in items if item.nodeid not in self.other_parts]
+        config.hook.pytest_deselected(items=others)
+
     def pytest_deselected(self, items):
-        self.left_out += [item.nodeid for item in items if "gpu" in item.keywords]
+        self.left_out += [
+            item.nodeid for item in items if "gpu" in item.keywords and item.nodeid not in self.other_parts
+        ]
 
     def pytest_runtest_logreport(self, report):
         if "gpu" in report.keywords:
@@ -54,7 +69,11 @@ class GpuVerdicts:
             self.message = f"GPU verdicts not written to {self.path}: the run stopped ({exitstatus!r})"
         else:
             self.message = gpu_ledger.record(
-                self.path, self.outcomes, device.properties()["name"], datetime.date.today().isoformat()
+                self.path,
+                self.outcomes,
+                device.properties()["name"],
+                datetime.date.today().isoformat(),
+                part=self.part,
             )
 
     def pytest_terminal_summary(self, terminalreporter):

@@ -9,6 +9,9 @@ current bytes have no "pass" here. What a GPU run writes (conftest.py's pytest_s
   suite cannot tell which source broke;
 - a gpu test skipped, or not the whole gpu suite run to its end: nothing, since that run did not check
   every kernel.
+A run may be one part of the suite (`make gpu-test PART=k/n`: every n-th gpu test from the k-th on), so
+that each part fits a time limit. A passing part adds k to the parts a source passed at its current
+bytes; the source is verified once all n parts passed at those bytes. A failing part fails them all.
 Sources no longer in the tree are dropped. The ledger covers the CUDA C++ bytes only: the Python kernels and
 launchers run in the simulator on every `make test`.
 """
@@ -48,29 +51,53 @@ def verdict(outcomes: dict[str, str]) -> str | None:
     return None
 
 
-def build(old: dict, current: dict[str, str], result: str, gpu: str, day: str) -> dict:
-    """The ledger after a run with verdict `result` over the sources `current` ({path: sha256})."""
+def parse_part(text: str | None) -> tuple[int, int] | None:
+    """`make gpu-test PART=k/n` as (k, n); None for the whole suite (no PART); a ValueError naming the form."""
+    if not text:
+        return None
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"PART: expected k/n with 1 <= k <= n (part k of n), got {text!r}")
+    return int(k), int(n)
+
+
+def _complete(entry: dict) -> bool:
+    """A passing entry of the whole suite, or of all its parts."""
+    parts = entry.get("parts")
+    return entry.get("verdict") == "pass" and (parts is None or sorted(parts) == list(range(1, entry["of"] + 1)))
+
+
+def build(old: dict, current: dict[str, str], result: str, gpu: str, day: str, part=None) -> dict:
+    """The ledger after a run with verdict `result` over the sources `current` ({path: sha256}); `part`
+    (k, n) for a run of part k of n."""
     ledger = {}
     for path, digest in current.items():
         kept = old.get(path, {})
-        if result == "pass" and kept.get("sha256") == digest and kept.get("verdict") == "pass":
+        same = kept.get("sha256") == digest and kept.get("verdict") == "pass"
+        if result == "pass" and same and (part is None or _complete(kept)):
             ledger[path] = kept
+        elif result == "pass" and part is not None:
+            k, n = part
+            parts = set(kept["parts"]) if same and kept.get("of") == n else set()
+            ledger[path] = {"sha256": digest, "verdict": result, "gpu": gpu, "date": day, "parts": sorted(parts | {k})}
+            ledger[path]["of"] = n
         else:
             ledger[path] = {"sha256": digest, "verdict": result, "gpu": gpu, "date": day}
     return ledger
 
 
 def unverified(ledger: dict, current: dict[str, str]) -> list[str]:
-    """The sources whose current bytes have no passing GPU verdict."""
+    """The sources whose current bytes have no passing GPU verdict (of the whole suite, or of all its parts)."""
     return sorted(
         path
         for path, digest in current.items()
-        if ledger.get(path, {}).get("sha256") != digest or ledger[path].get("verdict") != "pass"
+        if ledger.get(path, {}).get("sha256") != digest or not _complete(ledger[path])
     )
 
 
-def record(path: Path, outcomes: dict[str, str], gpu: str, day: str, root: Path = ROOT) -> str:
-    """Write the run's verdict on every source under root into the ledger at path; return what was done."""
+def record(path: Path, outcomes: dict[str, str], gpu: str, day: str, root: Path = ROOT, part=None) -> str:
+    """Write the run's verdict on every source under root into the ledger at path; return what was done.
+    ``part``: (k, n) for a run of part k of n of the suite."""
     result = verdict(outcomes)
     if result is None:
         skipped = sum(o == "skipped" for o in outcomes.values())
@@ -79,5 +106,6 @@ def record(path: Path, outcomes: dict[str, str], gpu: str, day: str, root: Path 
             "so this run did not check every kernel"
         )
     current = sources(root)
-    path.write_text(dumps(build(load(path), current, result, gpu, day)))
-    return f"GPU verdicts: '{result}' for the {len(current)} CUDA C++ sources at their current hashes, in {path}"
+    path.write_text(dumps(build(load(path), current, result, gpu, day, part)))
+    of = f" (part {part[0]} of {part[1]})" if part else ""
+    return f"GPU verdicts: '{result}'{of} for the {len(current)} CUDA C++ sources at their current hashes, in {path}"

@@ -114,9 +114,9 @@ def hook(tmp_path, monkeypatch):
     """A GpuVerdicts plugin as `make gpu-test` registers it (tests/ from the root), on a pretend GPU."""
     monkeypatch.setattr(device, "properties", lambda: {"name": "Pretend GPU"})
 
-    def make(args=("tests",)):
+    def make(args=("tests",), part=None):
         config = SimpleNamespace(args=list(args), invocation_params=SimpleNamespace(dir=gpu_ledger.ROOT))
-        return GpuVerdicts(config, tmp_path / "verdicts.json")
+        return GpuVerdicts(config, tmp_path / "verdicts.json", part)
 
     return make
 
@@ -158,3 +158,46 @@ def test_the_hook_writes_nothing_for_part_of_the_suite(hook, args, deselected, e
     plugin = hook(args)
     line = _session(plugin, [("t::a", "passed")], deselected, exitstatus=exitstatus)
     assert not plugin.path.exists() and line.startswith("GPU verdicts not written")
+
+
+def test_parts_verify_a_source_only_together_and_at_the_same_bytes(tree):
+    ledger = tree / "verdicts.json"
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree, part=(1, 2))
+    current = gpu_ledger.sources(tree)
+    assert gpu_ledger.unverified(gpu_ledger.load(ledger), current) == sorted(current)
+    (tree / "kernels" / "conv" / "s5.cu").write_bytes(b"__global__ void k3() {}\n")  # changed between the parts
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree, part=(2, 2))
+    assert gpu_ledger.unverified(gpu_ledger.load(ledger), gpu_ledger.sources(tree)) == ["kernels/conv/s5.cu"]
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-02", tree, part=(1, 2))
+    assert gpu_ledger.unverified(gpu_ledger.load(ledger), gpu_ledger.sources(tree)) == []
+
+
+def test_a_part_keeps_a_whole_pass_and_a_failing_part_fails_every_source(tree):
+    ledger = tree / "verdicts.json"
+    gpu_ledger.record(ledger, PASSED, "GPU A", "2025-01-01", tree)
+    gpu_ledger.record(ledger, PASSED, "GPU B", "2025-01-02", tree, part=(2, 3))
+    entries = gpu_ledger.load(ledger)
+    assert {e["gpu"] for e in entries.values()} == {"GPU A"} and not gpu_ledger.unverified(
+        entries, gpu_ledger.sources(tree)
+    )
+    gpu_ledger.record(ledger, {"t::a": "failed"}, "GPU B", "2025-01-02", tree, part=(1, 3))
+    assert gpu_ledger.unverified(gpu_ledger.load(ledger), gpu_ledger.sources(tree)) == sorted(gpu_ledger.sources(tree))
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1-2", "a/b", "2"])
+def test_a_part_that_is_not_k_of_n_is_refused_naming_the_form(text):
+    with pytest.raises(ValueError, match="PART: expected k/n"):
+        gpu_ledger.parse_part(text)
+
+
+def test_the_hook_runs_every_nth_gpu_test_of_a_part_and_records_that_part(hook):
+    plugin = hook(part="2/3")
+    items = [SimpleNamespace(nodeid=f"t::{i}", keywords={"gpu": 1}) for i in range(7)]
+    items.insert(2, SimpleNamespace(nodeid="t::cpu", keywords={}))
+    seen = []
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_deselected=lambda items: seen.extend(items)))
+    plugin.pytest_collection_modifyitems(config, items)
+    assert [i.nodeid for i in items] == ["t::1", "t::cpu", "t::4"]
+    plugin.pytest_deselected(seen)  # what pytest passes on: not a test left out of the suite
+    assert "part 2 of 3" in _session(plugin, [("t::1", "passed"), ("t::4", "passed")])
+    assert {tuple(e["parts"]) for e in gpu_ledger.load(plugin.path).values()} == {(2,)}
