@@ -95,6 +95,8 @@ def test_shared_memory_budget():
     assert ig.smem_bytes(6, 3) == 3 * 32768 + 1024 >= ig.EPILOGUE_BYTES + 1024  # output tile fits too
     assert ig.smem_bytes(6, 5) <= 227 * 1024  # Hopper's per-block limit
     assert ig.smem_bytes(7, 4) == 4 * 49152 + 1024 <= 227 * 1024  # 4 stages of 128x64 + 256x64 halves
+    # Step 9: 3 stages and the 64 KB staged output tile fit; a fourth stage would not.
+    assert ig.smem_bytes(9, 3) == 3 * 49152 + 65536 + 1024 <= 227 * 1024 < 4 * 49152 + 65536 + 1024
 
 
 def test_swizzle_is_conflict_free_and_a_permutation():
@@ -146,6 +148,7 @@ def test_the_registry_is_numbered_in_order_and_consistent():
         assert s.cuda_cpp or not (s.pipelined or s.needs or s.wgmma or s.epilogue), s
         assert not (s.needs and s.wgmma), s  # wgmma wants compute capability 9.0 exactly, not "or newer"
         assert (not s.specialized or s.wgmma) and (not s.tma_filters or s.specialized), s
+        assert not s.tma_store or s.tma_filters, s  # the output map rides on the filters' TMA set-up
 
 
 def test_the_naive_step_launches_the_threads_its_record_says():
@@ -170,7 +173,7 @@ def test_the_views_are_the_registry():
         assert ig.threads(s.number) == s.threads and ig.default_stages(s.number) == s.default_stages
 
 
-@pytest.mark.parametrize("bad", [9, 0, -1, True, 2.0, "2", None])
+@pytest.mark.parametrize("bad", [10, 0, -1, True, 2.0, "2", None])
 def test_an_unknown_step_names_the_choices(bad):
     choices = re.escape(str(sorted(ig.STEPS)))
     with pytest.raises(ValueError, match=rf"^step must be one of {choices}, got {re.escape(repr(bad))}$"):
@@ -181,7 +184,8 @@ def test_an_unknown_step_names_the_choices(bad):
 
 def test_only_pipelined_steps_have_dynamic_shared_memory():
     for step in sorted(set(ig.STEPS) - set(ig.PIPELINED)):
-        with pytest.raises(ValueError, match=rf"only steps \(4, 5, 6, 7, 8\) have dynamic shared memory; step {step}"):
+        pipelined = re.escape(str(ig.PIPELINED))
+        with pytest.raises(ValueError, match=rf"only steps {pipelined} have dynamic shared memory; step {step}"):
             ig.smem_bytes(step, 3)
 
 
@@ -304,7 +308,7 @@ def test_bad_geometry_and_arguments():
     with pytest.raises(ValueError, match="pad"):
         ig.validate(1, x, w, pad=-1)
     with pytest.raises(ValueError, match="step must be one of"):
-        ig.validate(9, x, w)
+        ig.validate(10, x, w)
     with pytest.raises(ValueError, match="expected shape"):
         ig.validate(1, x, w, zeros((1, 2, 3, 4), np.float16))
     with pytest.raises(ValueError, match="fused in steps"):
@@ -410,13 +414,13 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, x_bypass_l1=True)
     with pytest.raises(ValueError, match="stages of step 7 must be an integer from 3 to 4"):
         ig.launcher(7, x, w, out, stages=5)
-    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8\) only"):
+    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9\) only"):
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
         ig.launcher(7, x, w, out, blocks=2)
     for step in (1, 2, 3):  # no pipeline: a stage count would be silently ignored
         with pytest.raises(
-            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8\) only; step {step}"
+            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9\) only; step {step}"
         ):
             ig.launcher(step, x, w, out, stages=3)
 
@@ -468,7 +472,7 @@ def test_the_h100_runs_every_step_at_every_depth():
 @pytest.mark.parametrize("props", [A100, RTX_4090], ids=["A100", "RTX 4090"])
 def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     why = _left_out(props)
-    assert sorted(why) == [6, 7, 8]
+    assert sorted(why) == [6, 7, 8, 9]
     cc = f"{props['cc'][0]}.{props['cc'][1]}"
     assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
     assert ig.unsupported(5, props, 5) is None  # 83,200 B fit in 99 KB
@@ -477,12 +481,12 @@ def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
 def test_a_newer_gpu_leaves_out_the_wgmma_steps_too():
     """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-8."""
     why = _left_out({**H100, "name": "NVIDIA B200", "cc": "100"})
-    assert sorted(why) == [6, 7, 8] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
+    assert sorted(why) == [6, 7, 8, 9] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
 
 
 def test_the_t4_runs_steps_1_and_2_only():
     why = _left_out(T4)
-    assert sorted(why) == [3, 4, 5, 6, 7, 8]
+    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9]
     assert "mma.sync.m16n8k16" in why[3] and "sm_80" in why[3] and "this GPU is 7.5" in why[3]
     assert "cp.async" in why[4] and "cp.async" in why[5] and "sm_80" in why[5]
     assert "wgmma" in why[6]
@@ -524,7 +528,7 @@ def test_profile_launches_what_the_gpu_can_run(capsys):
 
     assert profile.runnable(H100) == list(profile.VARIANTS) and capsys.readouterr().out == ""
     assert [step for _, step, _ in profile.runnable(A100)] == [3, 4, 4, 5]
-    assert capsys.readouterr().out.count("left out on this GPU: v") == 3
+    assert capsys.readouterr().out.count("left out on this GPU: v") == 4
     assert profile.runnable(T4) == []
 
 
@@ -575,8 +579,7 @@ def test_wgmma_step_compiles_for_sm90a(stages):
         assert sass.opcodes(sass.disassemble(compiled, ig.STEPS[6][1]))["HGMMA"] == 4  # 4 k16 slices of one K step
 
 
-@pytest.mark.parametrize("stages", [3, 4])
-@pytest.mark.parametrize("step", ig.SPECIALIZED)
+@pytest.mark.parametrize("step, stages", [(s, d) for s in ig.SPECIALIZED for d in ig.step_info(s).depths])
 def test_warp_specialized_steps_compile_for_sm90a(step, stages):
     compiled = cuda_cpp.compile_cubin(ig.STEPS[step][0], "sm_90a", (f"-DSTAGES={stages}",))
     (res,) = compiled.resources
@@ -589,9 +592,14 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
     if sass.available():
         ops = sass.opcodes(sass.disassemble(compiled))
         assert ops["HGMMA"] == 4 and ops["USETMAXREG"] == 2  # 4 k16 slices of 64x256; dec and inc
-        assert ops.get("BAR", 0) == 1  # one barrier, after the mbarrier set-up
-        assert ops["LDGSTS"] == (24 if step == 7 else 8)  # step 8: the filters come by TMA (UTMALDG)
-        assert ops.get("UTMALDG", 0) == (step == 8)
+        info = ig.step_info(step)
+        # One barrier after the mbarrier set-up; step 9 adds the consumers' two around the staging tile.
+        assert ops.get("BAR", 0) == (3 if info.tma_store else 1)
+        assert ops["LDGSTS"] == (8 if info.tma_filters else 24)  # steps 8-9: the filters come by TMA (UTMALDG)
+        assert ops.get("UTMALDG", 0) == info.tma_filters
+        # Step 9: the four boxes of the staged output tile by TMA (UTMASTG), no plain global store.
+        assert ops.get("UTMASTG", 0) == (4 if info.tma_store else 0)
+        assert (ops.get("STG", 0) == 0) == info.tma_store
 
 
 @pytest.mark.parametrize("step", ig.WGMMA)
@@ -673,10 +681,9 @@ def test_pipeline_depths(step, stages, bypass, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("blocks", [1, 3, 16])
-@pytest.mark.parametrize("step", ig.SPECIALIZED)
-def test_warp_specialized_blocks_walk_the_tiles(step, blocks, stages, rng):
+@pytest.mark.parametrize("step, stages", [(s, d) for s in ig.SPECIALIZED for d in ig.step_info(s).depths])
+def test_warp_specialized_blocks_walk_the_tiles(step, stages, blocks, rng):
     """Fewer blocks than tiles: each block's stage ring and mbarrier phases run on across its tiles."""
     import cupy
 
@@ -703,6 +710,25 @@ def test_tma_launcher_keeps_a_temporary_filter_alive(rng):
     cupy.zeros(w.shape, dtype=w.dtype)  # the pool reuses a freed block of w's size, if any: zeros it
     run()
     result = ig.compare(out, ig.reference(x, w), problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+def test_tma_store_launcher_keeps_a_temporary_output_alive(rng):
+    """Step 9 writes through a descriptor holding only the output's address: were the launcher not to
+    keep it, the pool would hand its memory to the next array, which the kernel would then overwrite."""
+    import cupy
+
+    step = next(s.number for s in ig.REGISTRY if s.tma_store)
+    if why := ig.unsupported(step, device.properties()):
+        pytest.skip(why)
+    problem = ig.ODD_PROBLEMS[0]
+    x, w = ig.random_inputs(problem, rng, cupy)
+    run = ig.launcher(step, x, w, check.poison(cupy.empty(problem.y_shape, dtype=cupy.float16)))
+    bystander = cupy.zeros(problem.y_shape, dtype=cupy.float16)  # would take a freed output's block
+    run()
+    assert not bystander.any()
+    result = ig.compare(run.out, ig.reference(x, w), problem)
     assert result.ok, f"{result} -- {result.detail}"
 
 

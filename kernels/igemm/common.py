@@ -21,7 +21,7 @@ from ..harness import check, device
 BLOCK_M = BLOCK_N = 128  # the block tile of steps 2-6 (the source's 128x128)
 THREADS = 128  # steps 2-5: 4 warps of 64x64
 WGMMA_THREADS = 256  # step 6: 2 warpgroups of 64x128
-WS_BLOCK_N = 256  # steps 7-8: 128x256 tiles, one copying and two multiplying warpgroups
+WS_BLOCK_N = 256  # steps 7-9: 128x256 tiles, one copying and two multiplying warpgroups
 WS_THREADS = 384
 WS_REGISTERS = 168  # their setmaxnreg split adds up to 384 threads x 168 registers
 CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
@@ -31,8 +31,10 @@ TILE_BYTES = 4 * CHUNK_STRIDE_BYTES
 STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
-WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-8: 128 rows of A and 256 of B, 64 halves each
-WGMMA_ALIGN = 1024  # steps 6-8's swizzled tiles start on 1024-byte boundaries
+WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-9: 128 rows of A and 256 of B, 64 halves each
+WS_STAGING_BYTES = BLOCK_M * WS_BLOCK_N * 2  # step 9: the fp16 output tile, staged for the TMA stores
+TMA_STORE_COLS = 64  # step 9: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
+WGMMA_ALIGN = 1024  # steps 6-9's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 
@@ -55,6 +57,7 @@ class Step:
     specialized: bool = False  # warp-specialized: 128x256 tiles, a grid of `blocks` walking them
     x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
+    tma_store: bool = False  # writes the output through a staging tile and a TMA descriptor
     split_k: bool = False  # can split K over gridDim.z, with igemm_split_reduce adding the fp32 partials
     max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
@@ -73,8 +76,8 @@ class Step:
         return self.source.endswith(".cu")
 
 
-# The one list of steps, in order; everything below asks it. Steps 6-8 keep one wgmma batch in flight:
-# 3 stages at least; 5 of steps 7-8's 48 KB no longer fit. (Step 1's blocks are v1_naive.THREADS wide.)
+# The one list of steps, in order; everything below asks it. Steps 6-9 keep one wgmma batch in flight:
+# 3 stages at least; 5 of steps 7-9's 48 KB no longer fit. (Step 1's blocks are v1_naive.THREADS wide.)
 REGISTRY = (
     Step(1, "igemm/v1_naive.py", "igemm_naive", "naive implicit GEMM", THREADS),
     Step(2, "igemm/v2_wmma.cu", "igemm_v2_wmma", "tensor cores through WMMA", THREADS, needs=("WMMA", 70)),
@@ -154,6 +157,22 @@ REGISTRY = (
         tma_filters=True,
         max_registers=WS_REGISTERS,
     ),
+    Step(
+        9,
+        "igemm/v9_tma_store.cu",
+        "igemm_v9_tma_store",
+        "the output tile through shared memory and TMA stores",
+        WS_THREADS,
+        stages=(3, 3),  # the staging tile takes the fourth stage's room
+        default_stages=3,
+        stage_bytes=WS_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+        specialized=True,
+        tma_filters=True,
+        tma_store=True,
+        max_registers=WS_REGISTERS,
+    ),
 )
 _BY_NUMBER = {s.number: s for s in REGISTRY}
 # Views of the registry, for the notebook and the error messages.
@@ -229,7 +248,7 @@ class Problem:
         return -(-m // BLOCK_M), -(-n // BLOCK_N)
 
     def ws_tiles(self) -> int:
-        """Steps 7-8's 128x256 tiles, which their blocks walk through in order."""
+        """Steps 7-9's 128x256 tiles, which their blocks walk through in order."""
         m, n, _ = self.gemm
         return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
 
@@ -327,7 +346,7 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
 
 
 def require_tensor_core_shape(problem: Problem) -> None:
-    """The shape constraints of the CUDA C++ steps (2-8), each error naming its remedy."""
+    """The shape constraints of the CUDA C++ steps (2-9), each error naming its remedy."""
     c, k = problem.c, problem.k
     if c % CHUNK:
         raise ValueError(
@@ -398,18 +417,18 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
 
 def smem_bytes(step: int, stages: int) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
-    (the wgmma steps add room to align their tiles to 1024 bytes; their fewest stages hold the output)."""
+    (the wgmma steps add room to align their tiles to 1024 bytes; step 9 adds its staging tile)."""
     info = step_info(step)
     if not info.pipelined:
         raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
-    pipeline = stages * info.stage_bytes
+    pipeline = stages * info.stage_bytes + (WS_STAGING_BYTES if info.tma_store else 0)
     if info.wgmma:
         return pipeline + WGMMA_ALIGN
     return max(pipeline, EPILOGUE_BYTES) if info.epilogue else pipeline
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Steps 6-8's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    """Steps 6-9's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
     (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
     128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
@@ -462,7 +481,7 @@ def left_out(step: int, stages: int | None = None) -> bool:
 
 @cache
 def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
-    """The compiled CUDA C++ kernel of ``step`` (2-8), with its dynamic shared memory allowed.
+    """The compiled CUDA C++ kernel of ``step`` (2-9), with its dynamic shared memory allowed.
 
     ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
     from ..harness import cuda_cpp
@@ -506,7 +525,7 @@ def launcher(
 ) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
-    ``stages`` (steps 4-8 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-8
+    ``stages`` (steps 4-9 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-9
     only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
     ``problem.ws_tiles()`` gives one block per tile. ``splits`` (step 6 only): how many blocks share
     each tile's K steps (default 1); above 1 a workspace of ``splits`` fp32 copies of the output and
@@ -548,7 +567,7 @@ def launcher(
     args = (
         x,
         filter_tensor_map(w) if info.tma_filters else w,
-        out,
+        output_tensor_map(out) if info.tma_store else out,
         i32(pr.n),
         i32(pr.h),
         i32(pr.w),
@@ -585,9 +604,9 @@ def launcher(
         if reduce is not None:
             reduce(reduce_grid, (SPLIT_REDUCE_THREADS,), reduce_args)
 
-    # Step 8's args hold only a descriptor of w's address, not w: the launcher keeps w alive itself, or
-    # a temporary w could be freed, and its memory reused, while the TMA engine still reads from it.
-    launch.w = w
+    # Steps 8-9's args hold only descriptors of w's and out's addresses: the launcher keeps both alive
+    # itself, or a temporary could be freed, and its memory reused, while the TMA engine uses it.
+    launch.w, launch.out = w, out
     return launch
 
 
@@ -613,25 +632,23 @@ def split_reduce_kernel(step: int, stages: int):
     return cuda_cpp.load(step_info(step).source, "igemm_split_reduce", options=(f"-DSTAGES={stages}",), arch="sm_90a")
 
 
-def filter_tensor_map(w):
-    """Step 8's TMA descriptor of the KRSC filters seen as a (K, RSC) fp16 matrix -- boxes of 256 rows
-    x 64 taps (128 B), the 128-byte swizzle, zeros outside -- as the 128-byte device array the kernel
-    reads. It holds w's address: build it for every new ``w``."""
+def _tensor_map(a, rows: int, cols: int, box: tuple[int, int]):
+    """A TMA descriptor of the fp16 array ``a`` seen as a (rows, cols) row-major matrix -- boxes of
+    ``box`` = (box rows, box cols), the 128-byte swizzle, zeros read and nothing written outside -- as
+    the 128-byte device array a kernel reads. It holds a's address: build it for every new array."""
     import cupy
     from cuda.bindings import driver as cu
 
-    k = w.shape[0]
-    kd = w.size // k
     (err,) = cu.cuInit(0)
     if err == cu.CUresult.CUDA_SUCCESS:
         err, tensor_map = cu.cuTensorMapEncodeTiled(
             cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
             2,
-            w.data.ptr,
+            a.data.ptr,
             # sizes from the innermost dimension out, then the row stride in bytes
-            [cu.cuuint64_t(kd), cu.cuuint64_t(k)],
-            [cu.cuuint64_t(2 * kd)],
-            [cu.cuuint32_t(64), cu.cuuint32_t(WS_BLOCK_N)],
+            [cu.cuuint64_t(cols), cu.cuuint64_t(rows)],
+            [cu.cuuint64_t(2 * cols)],
+            [cu.cuuint32_t(box[1]), cu.cuuint32_t(box[0])],
             [cu.cuuint32_t(1), cu.cuuint32_t(1)],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -639,8 +656,20 @@ def filter_tensor_map(w):
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed for filters of shape {tuple(w.shape)}: {err}")
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed for an array of shape {tuple(a.shape)}: {err}")
     return cupy.asarray(np.array(tensor_map.opaque, dtype=np.uint64))
+
+
+def filter_tensor_map(w):
+    """Steps 8-9's TMA descriptor of the KRSC filters seen as a (K, RSC) matrix: boxes of 256 rows x
+    64 taps, the tile a K step multiplies."""
+    return _tensor_map(w, w.shape[0], w.size // w.shape[0], (WS_BLOCK_N, 64))
+
+
+def output_tensor_map(y):
+    """Step 9's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
+    channels, a quarter of a 128x256 tile's staged output."""
+    return _tensor_map(y, y.size // y.shape[-1], y.shape[-1], (BLOCK_M, TMA_STORE_COLS))
 
 
 def conv(
@@ -699,7 +728,7 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
 
 
 # ---- Choosing a step per problem --------------------------------------------------------------------
-# A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-8) cuts the GEMM into tiles;
+# A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-9) cuts the GEMM into tiles;
 # the SMs run them in waves of SMs x blocks per SM (as shared memory, threads and registers allow); a
 # tile costs its padded work, K rounded up to the step's K step plus one K step for the prologue and
 # the epilogue that no step overlaps with its math.

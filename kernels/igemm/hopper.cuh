@@ -1,6 +1,6 @@
-// The Hopper (sm_90a) PTX wrappers that steps 6-8 share: the swizzled tile layout, wgmma's descriptor
+// The Hopper (sm_90a) PTX wrappers that steps 6-9 share: the swizzled tile layout, wgmma's descriptor
 // and fences, and the mbarriers of the producer/consumer ring. A helper only one step uses stays in
-// that step's file (step 6's m64n128k16 wgmma, step 8's TMA load), where its diff shows it.
+// that step's file (step 6's m64n128k16 wgmma, step 9's TMA store), where its diff shows it.
 #pragma once
 #include "igemm_common.cuh"
 
@@ -40,7 +40,7 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int pending>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory"); }
 
-// ---- Steps 7-8: the producer/consumer ring of mbarriers, 64x256 wgmma -------------------------------
+// ---- Steps 7-9: the producer/consumer ring of mbarriers, 64x256 wgmma -------------------------------
 
 // The mbarrier at `bar` counts one arrival of this thread once all its earlier cp.async have landed.
 __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
@@ -96,5 +96,21 @@ __device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], unsigned long l
                    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                  : "l"(desc_a), "l"(desc_b));
+}
+
+// ---- Steps 8-9: the filter tile through the TMA engine ----------------------------------------------
+
+// One arrival that also announces `bytes` more to come from the TMA engine: the phase completes when
+// every arrival is in and those bytes have landed.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(unsigned bar, unsigned bytes) {
+    asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// TMA: the box of the 2D tensor map `map` (in global memory) whose corner is element (k, n) -> shared
+// memory at `dst`, laid out and swizzled as the map says; completion is counted in bytes on `bar`.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int k, int n, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(map), "r"(k), "r"(n), "r"(bar) : "memory");
 }
 #endif

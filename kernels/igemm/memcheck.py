@@ -24,6 +24,8 @@ ODD_RUNS = (
     (7, {"stages": 4, "blocks": 1}),
     (8, {"stages": 3}),
     (8, {"stages": 4, "blocks": 1}),
+    (9, {"stages": 3}),
+    (9, {"stages": 3, "blocks": 1}),
 )
 
 

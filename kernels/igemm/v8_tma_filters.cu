@@ -28,20 +28,6 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// One arrival that also announces `bytes` more to come from the TMA engine: the phase completes when
-// every arrival is in and those bytes have landed.
-__device__ __forceinline__ void mbarrier_arrive_expect_bytes(unsigned bar, unsigned bytes) {
-    asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n"
-                 :: "r"(bar), "r"(bytes) : "memory");
-}
-
-// TMA: the box of the 2D tensor map `map` (in global memory) whose corner is element (k, n) -> shared
-// memory at `dst`, laid out and swizzled as the map says; completion is counted in bytes on `bar`.
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int k, int n, unsigned bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(dst), "l"(map), "r"(k), "r"(n), "r"(bar) : "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 igemm_v8_tma_filters(const half* __restrict__ x, const void* __restrict__ w_map, half* __restrict__ y,
                      int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
