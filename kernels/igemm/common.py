@@ -32,8 +32,8 @@ STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
 WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-9: 128 rows of A and 256 of B, 64 halves each
-WS_STAGING_BYTES = BLOCK_M * WS_BLOCK_N * 2  # step 9: the fp16 output tile, staged for the TMA stores
 TMA_STORE_COLS = 64  # step 9: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
+WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # step 9: two fp16 boxes, half the output tile per pass
 WGMMA_ALIGN = 1024  # steps 6-9's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
@@ -163,8 +163,8 @@ REGISTRY = (
         "igemm_v9_tma_store",
         "the output tile through shared memory and TMA stores",
         WS_THREADS,
-        stages=(3, 3),  # the staging tile takes the fourth stage's room
-        default_stages=3,
+        stages=(3, 4),
+        default_stages=4,
         stage_bytes=WS_STAGE_BYTES,
         wgmma=True,
         epilogue=True,

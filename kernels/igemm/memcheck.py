@@ -25,7 +25,7 @@ ODD_RUNS = (
     (8, {"stages": 3}),
     (8, {"stages": 4, "blocks": 1}),
     (9, {"stages": 3}),
-    (9, {"stages": 3, "blocks": 1}),
+    (9, {"stages": 4, "blocks": 1}),
 )
 
 

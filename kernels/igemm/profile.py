@@ -26,7 +26,7 @@ VARIANTS = (
     ("v6_wgmma, 3 stages", 6, {"stages": 3}),
     ("v7_warp_specialized, 4 stages", 7, {"stages": 4}),
     ("v8_tma_filters, 4 stages", 8, {"stages": 4}),
-    ("v9_tma_store, 3 stages", 9, {"stages": 3}),
+    ("v9_tma_store, 4 stages", 9, {"stages": 4}),
 )
 
 

@@ -1,12 +1,13 @@
 // Step 9: the output tile through shared memory and TMA stores.
 // Steps 7-8 store straight from the accumulators: each warp store writes 16 bytes into each of 8 rows,
-// 64 such stores per warp and tile, while the tensor cores wait for the epilogue to end. A fit of the
-// shape table's times (notebook 05's shapes page) charges each 128x256 tile's epilogue about as much
-// as a dozen K steps. Here the consumers write their fp16 results into a 64 KB staging tile instead --
-// four boxes of 128 rows x 64 channels in the 128-byte swizzle, so a warp's 8 rows land in 8 bank
-// groups -- meet at a named barrier, and one thread hands the four boxes to the TMA engine. The engine
-// writes whole rows of 128 bytes and clips what lies past M or K; the consumers go straight on to the
-// next tile's K steps while it drains. The staging tile costs one stage: 3 stages of 48 KB + 64 KB.
+// 64 such stores per warp and tile, while the tensor cores wait for the epilogue to end. A fit of step
+// 8's times at four input depths (notebook 05) charges each 128x256 tile's epilogue about as much as
+// a dozen K steps. Here the consumers write their fp16 results into a staging tile in shared memory
+// instead -- boxes of 128 rows x 64 channels in the 128-byte swizzle, so a warp's 8 rows land in 8
+// bank groups -- meet at a named barrier, and one thread hands the boxes to the TMA engine, which
+// writes whole rows of 128 bytes, clips what lies past M or K, and drains while the consumers go on.
+// The staging tile holds half the output tile: the epilogue runs in two passes of two boxes, which
+// leaves room for a fourth stage (4 x 48 KB + 32 KB).
 // Prediction: most of the epilogue's share of the time leaves the critical path (notebook 05 predicts
 // and measures it). sm_90a only.
 #include <cuda_fp16.h>
@@ -19,10 +20,13 @@ constexpr int A_BYTES = BM * BK * 2;            // 16 KB: 128 rows of 128 B
 constexpr int B_BYTES = BN * BK * 2;            // 32 KB: 256 rows of 128 B
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int BOX_COLS = 64;                    // output channels per TMA store box: 128 B per row
-constexpr int BOX_BYTES = BM * BOX_COLS * 2;    // 16 KB; BN / BOX_COLS = 4 boxes stage the whole tile
+constexpr int BOX_BYTES = BM * BOX_COLS * 2;    // 16 KB; BN / BOX_COLS = 4 boxes make the whole tile
 #ifndef STAGES
-#define STAGES 3                                // 3 x 48 KB, and the 64 KB staging tile after them
+#define STAGES 4                                // 4 x 48 KB, and the staging tile after them
 #endif
+constexpr int STAGED_BOXES = 2;                 // staged at once: half the tile, 32 KB
+constexpr int PASSES = BN / BOX_COLS / STAGED_BOXES;
+constexpr int J_PER_PASS = BN / 8 / PASSES;     // accumulator column groups of 8 per pass
 // A block of 384 threads starts with 168 registers each (65536 / 384, rounded down to a multiple of 8).
 // setmaxnreg moves them between warpgroups: the consumers' 128 accumulators need more, the producer's
 // gather fewer. The sum must stay what the block holds: 128 x 104 + 256 x 200
@@ -149,35 +153,39 @@ igemm_v9_tma_store(const half* __restrict__ x, const void* __restrict__ w_map, c
         fence_accumulators(acc);
         if (lane == 0) mbarrier_arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
 
-            // Epilogue through the staging tile. Lane l of warp `warp` holds rows 16 warp + l / 4 and +8 of
-        // its warpgroup's 64, columns 8 j + 2 (l % 4) and +1 in acc[4 j .. 4 j + 3]: column 8 j lies in
-        // box j / 8 at chunk j % 8 of its 128-byte row. The staging tile is free once the TMA engine
-        // has read the previous tile's boxes.
-        if (threadIdx.x == 128) bulk_wait_read<0>();
-        consumers_sync();
-        const int row = 64 * group + 16 * warp + (lane >> 2);   // in the tile
+        // Epilogue through the staging tile, in PASSES passes. Lane l of warp `warp` holds rows
+        // 16 warp + l / 4 and +8 of its warpgroup's 64, columns 8 j + 2 (l % 4) and +1 in
+        // acc[4 j .. 4 j + 3]: column 8 j lies in box j / 8 at chunk j % 8 of its 128-byte row. The
+        // staging tile is free once the TMA engine has read the previous pass's boxes.
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int col = n0 + 8 * j + 2 * (lane & 3);
-            // K % 8 == 0: col + 1 < K too. Columns past K are never stored; their bias reads zero.
-            const float2 b = col < K ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.0f, 0.0f);
+        for (int pass = 0; pass < PASSES; ++pass) {
+            if (threadIdx.x == 128) bulk_wait_read<0>();
+            consumers_sync();
+            const int row = 64 * group + 16 * warp + (lane >> 2);   // in the tile
 #pragma unroll
-            for (int half_row = 0; half_row < 2; ++half_row) {
-                const int r = row + 8 * half_row;
-                float v0 = alpha * acc[4 * j + 2 * half_row] + b.x, v1 = alpha * acc[4 * j + 2 * half_row + 1] + b.y;
-                if (relu) { v0 = fmaxf(v0, 0.0f); v1 = fmaxf(v1, 0.0f); }
-                const __half2 v = __floats2half2_rn(v0, v1);
-                const unsigned dst = staging + (j / 8) * BOX_BYTES + swizzle128(r, j % 8) + 4 * (lane & 3);
-                asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(dst), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+            for (int jj = 0; jj < J_PER_PASS; ++jj) {
+                const int j = pass * J_PER_PASS + jj;
+                const int col = n0 + 8 * j + 2 * (lane & 3);
+                // K % 8 == 0: col + 1 < K too. Columns past K are never stored; their bias reads zero.
+                const float2 b = col < K ? *reinterpret_cast<const float2*>(bias + col) : make_float2(0.0f, 0.0f);
+#pragma unroll
+                for (int half_row = 0; half_row < 2; ++half_row) {
+                    const int r = row + 8 * half_row;
+                    float v0 = alpha * acc[4 * j + 2 * half_row] + b.x, v1 = alpha * acc[4 * j + 2 * half_row + 1] + b.y;
+                    if (relu) { v0 = fmaxf(v0, 0.0f); v1 = fmaxf(v1, 0.0f); }
+                    const __half2 v = __floats2half2_rn(v0, v1);
+                    const unsigned dst = staging + (jj / 8) * BOX_BYTES + swizzle128(r, j % 8) + 4 * (lane & 3);
+                    asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(dst), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+                }
             }
-        }
-        fence_proxy_async();   // the TMA engine reads the staging tile through the async proxy
-        consumers_sync();
-        if (threadIdx.x == 128) {
+            fence_proxy_async();   // the TMA engine reads the staging tile through the async proxy
+            consumers_sync();
+            if (threadIdx.x == 128) {
 #pragma unroll
-            for (int box = 0; box < BN / BOX_COLS; ++box)
-                tma_store_2d(y_map, n0 + box * BOX_COLS, m0, staging + box * BOX_BYTES);
-            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+                for (int box = 0; box < STAGED_BOXES; ++box)
+                    tma_store_2d(y_map, n0 + (pass * STAGED_BOXES + box) * BOX_COLS, m0, staging + box * BOX_BYTES);
+                asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            }
         }
     }
     // The block's shared memory must outlive the engine's reads of it, and its stores must be done.
