@@ -2,6 +2,7 @@
 (needs a GPU), for Nsight Compute:
 
     ncu --csv --kernel-name regex:igemm <NCU_ARGS> python -m kernels.igemm.profile
+    ncu --csv --profile-from-start off <NCU_ARGS> python -m kernels.igemm.profile cudnn
 
 Prints the variants in launch order (and one line for each this GPU cannot run), so the profiler's
 kernels can be matched to them; ``parse_ncu_csv`` turns the profiler's CSV into one row per launch, which
@@ -40,7 +41,8 @@ NCU_ARGS = (
     "--section",
     "MemoryWorkloadAnalysis",
     "--metrics",
-    "l1tex__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum",
+    "l1tex__t_sector_hit_rate.pct,lts__t_sectors_srcunit_tex_op_read.sum,"
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum",
 )
 # column -> (Nsight Compute's metric name, scale)
 COLUMNS = {
@@ -53,7 +55,10 @@ COLUMNS = {
     "smem config (KB)": ("Shared Memory Configuration Size", 1 / 1024),
     "blocks/SM": ("Block Limit Shared Mem", 1.0),
     "achieved occupancy %": ("Achieved Occupancy", 1.0),
+    "tensor pipe %": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1.0),
+    "instructions (M)": ("smsp__inst_executed.sum", 1e-6),
 }
+CUDNN = "cuDNN, the frontend's fastest plan"  # the label of cuDNN's kernel in the profile
 NCU_FILE = "igemm_ncu.csv"  # beside igemm.csv: one (variant, metric, value) per line
 _TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
@@ -126,7 +131,12 @@ def runnable(props: dict) -> list:
     return keep
 
 
-def main() -> int:
+def main(argv=()) -> int:
+    """Launch the VARIANTS once each; with the argument ``cudnn``, the cuDNN frontend's fastest plan
+    instead, once, between cudaProfilerStart and Stop: choosing the plan launches many kernels, so
+    profile it with ``ncu --profile-from-start off``."""
+    if [a for a in argv if a != "cudnn"]:
+        raise ValueError(f"the one optional argument is cudnn, got {list(argv)}")
     if not device.on_gpu():
         print("needs a CUDA GPU; without one there is nothing to profile")
         return 1
@@ -136,6 +146,23 @@ def main() -> int:
 
     x, w = ig.random_inputs(ig.PROBLEM, np.random.default_rng(0), cupy)
     out = cupy.empty(ig.PROBLEM.y_shape, dtype=cupy.float16)
+    if argv:
+        from .cudnn_conv import CudnnConv, missing
+
+        if why := missing():
+            print(f"cuDNN left out: {why}")
+            return 1
+        conv = CudnnConv(ig.PROBLEM)
+        best = conv.fastest(conv.time_plans(x, w, out))
+        launch = conv.launcher(best.index, x, w, out)
+        launch()
+        cupy.cuda.Device().synchronize()
+        cupy.cuda.runtime.profilerStart()
+        launch()
+        cupy.cuda.Device().synchronize()
+        cupy.cuda.runtime.profilerStop()
+        print(f"launch 0: {CUDNN} (plan {best.index}, {best.name})", flush=True)
+        return 0
     launches = [
         (label, ig.launcher(step, x, w, out, **options)) for label, step, options in runnable(device.properties())
     ]
@@ -147,4 +174,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
