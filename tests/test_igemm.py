@@ -95,8 +95,9 @@ def test_shared_memory_budget():
     assert ig.smem_bytes(6, 3) == 3 * 32768 + 1024 >= ig.EPILOGUE_BYTES + 1024  # output tile fits too
     assert ig.smem_bytes(6, 5) <= 227 * 1024  # Hopper's per-block limit
     assert ig.smem_bytes(7, 4) == 4 * 49152 + 1024 <= 227 * 1024  # 4 stages of 128x64 + 256x64 halves
-    # Step 9: 4 stages fit beside half the output tile (32 KB), not beside all of it (64 KB).
+    # Steps 9-10: 4 stages fit beside half the output tile (32 KB), not beside all of it (64 KB).
     assert ig.smem_bytes(9, 4) == 4 * 49152 + 32768 + 1024 <= 227 * 1024 < 4 * 49152 + 65536 + 1024
+    assert ig.smem_bytes(10, 4) == ig.smem_bytes(9, 4)
 
 
 def test_swizzle_is_conflict_free_and_a_permutation():
@@ -149,6 +150,7 @@ def test_the_registry_is_numbered_in_order_and_consistent():
         assert not (s.needs and s.wgmma), s  # wgmma wants compute capability 9.0 exactly, not "or newer"
         assert (not s.specialized or s.wgmma) and (not s.tma_filters or s.specialized), s
         assert not s.tma_store or s.tma_filters, s  # the output map rides on the filters' TMA set-up
+        assert not s.tma_im2col or s.tma_store, s  # and the input map on both
 
 
 def test_the_naive_step_launches_the_threads_its_record_says():
@@ -173,7 +175,7 @@ def test_the_views_are_the_registry():
         assert ig.threads(s.number) == s.threads and ig.default_stages(s.number) == s.default_stages
 
 
-@pytest.mark.parametrize("bad", [10, 0, -1, True, 2.0, "2", None])
+@pytest.mark.parametrize("bad", [11, 0, -1, True, 2.0, "2", None])
 def test_an_unknown_step_names_the_choices(bad):
     choices = re.escape(str(sorted(ig.STEPS)))
     with pytest.raises(ValueError, match=rf"^step must be one of {choices}, got {re.escape(repr(bad))}$"):
@@ -185,7 +187,7 @@ def test_an_unknown_step_names_the_choices(bad):
 def test_only_pipelined_steps_have_dynamic_shared_memory():
     for step in sorted(set(ig.STEPS) - set(ig.PIPELINED)):
         with pytest.raises(
-            ValueError, match=rf"only steps \(4, 5, 6, 7, 8, 9\) have dynamic shared memory; step {step}"
+            ValueError, match=rf"only steps \(4, 5, 6, 7, 8, 9, 10\) have dynamic shared memory; step {step}"
         ):
             ig.smem_bytes(step, 3)
 
@@ -309,7 +311,7 @@ def test_bad_geometry_and_arguments():
     with pytest.raises(ValueError, match="pad"):
         ig.validate(1, x, w, pad=-1)
     with pytest.raises(ValueError, match="step must be one of"):
-        ig.validate(10, x, w)
+        ig.validate(11, x, w)
     with pytest.raises(ValueError, match="expected shape"):
         ig.validate(1, x, w, zeros((1, 2, 3, 4), np.float16))
     with pytest.raises(ValueError, match="fused in steps"):
@@ -415,15 +417,44 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, x_bypass_l1=True)
     with pytest.raises(ValueError, match="stages of step 7 must be an integer from 3 to 4"):
         ig.launcher(7, x, w, out, stages=5)
-    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9\) only"):
+    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9, 10\) only"):
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
         ig.launcher(7, x, w, out, blocks=2)
     for step in (1, 2, 3):  # no pipeline: a stage count would be silently ignored
         with pytest.raises(
-            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9\) only; step {step}"
+            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9, 10\) only; step {step}"
         ):
             ig.launcher(step, x, w, out, stages=3)
+
+
+def test_the_im2col_step_names_what_its_descriptor_cannot_describe():
+    """The TMA engine's im2col mode strides by at most 8 and keeps its box corners in [-128, 127]; the
+    step before it, whose threads gather the input, takes both."""
+    step = next(s.number for s in ig.REGISTRY if s.tma_im2col)
+    for problem, match in (
+        (ig.Problem(n=1, h=40, w=40, c=8, k=8, r=1, s=1, pad=0, stride=9), r"im2col stride is at most 8"),
+        (ig.Problem(n=1, h=4, w=4, c=8, k=8, r=3, s=3, pad=129), r"box corners \(-129, 127, 127\) must lie in"),
+        (ig.Problem(n=1, h=200, w=200, c=8, k=8, r=131, s=1, pad=0), r"box corners \(0, -130, 0\) must lie in"),
+    ):
+        x, w = zeros(problem.x_shape, np.float16), zeros(problem.w_shape, np.float16)
+        with pytest.raises(ValueError, match=rf"step {step}\b.*{match}.*use step {step - 1}"):
+            ig.validate(step, x, w, pad=problem.pad, stride=problem.stride)
+        assert ig.validate(step - 1, x, w, pad=problem.pad, stride=problem.stride) == problem
+    edge = ig.Problem(n=1, h=20, w=20, c=8, k=8, r=3, s=3, pad=128, stride=8)  # the limits themselves pass
+    x, w = zeros(edge.x_shape, np.float16), zeros(edge.w_shape, np.float16)
+    assert ig.validate(step, x, w, pad=edge.pad, stride=edge.stride) == edge
+
+
+def test_the_im2col_step_counts_its_k_steps_tap_by_tap():
+    """Step 10 walks 64 channels of one tap per K step: C = 40 costs 9 K steps (one per tap), not the
+    ceil(360 / 64) = 6 of the steps that run over R S C in one line."""
+    step = next(s.number for s in ig.REGISTRY if s.tma_im2col)
+    problem = ig.ODD_PROBLEMS[0]  # C = 40
+    padded = ig.tile_model(step, 4, problem, H100)[4]
+    assert padded == 2 * ig.BLOCK_M * ig.WS_BLOCK_N * (9 + 1) * 64
+    assert ig.tile_model(step - 1, 4, problem, H100)[4] == 2 * ig.BLOCK_M * ig.WS_BLOCK_N * (6 + 1) * 64
+    assert ig.tile_model(step, 4, ig.PROBLEM, H100) == ig.tile_model(step - 1, 4, ig.PROBLEM, H100)  # C = 256
 
 
 def test_split_k_is_checked():
@@ -473,21 +504,21 @@ def test_the_h100_runs_every_step_at_every_depth():
 @pytest.mark.parametrize("props", [A100, RTX_4090], ids=["A100", "RTX 4090"])
 def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     why = _left_out(props)
-    assert sorted(why) == [6, 7, 8, 9]
+    assert sorted(why) == [6, 7, 8, 9, 10]
     cc = f"{props['cc'][0]}.{props['cc'][1]}"
     assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
     assert ig.unsupported(5, props, 5) is None  # 83,200 B fit in 99 KB
 
 
 def test_a_newer_gpu_leaves_out_the_wgmma_steps_too():
-    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-8."""
+    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-10."""
     why = _left_out({**H100, "name": "NVIDIA B200", "cc": "100"})
-    assert sorted(why) == [6, 7, 8, 9] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
+    assert sorted(why) == [6, 7, 8, 9, 10] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
 
 
 def test_the_t4_runs_steps_1_and_2_only():
     why = _left_out(T4)
-    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9]
+    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9, 10]
     assert "mma.sync.m16n8k16" in why[3] and "sm_80" in why[3] and "this GPU is 7.5" in why[3]
     assert "cp.async" in why[4] and "cp.async" in why[5] and "sm_80" in why[5]
     assert "wgmma" in why[6]
@@ -529,7 +560,7 @@ def test_profile_launches_what_the_gpu_can_run(capsys):
 
     assert profile.runnable(H100) == list(profile.VARIANTS) and capsys.readouterr().out == ""
     assert [step for _, step, _ in profile.runnable(A100)] == [3, 4, 4, 5]
-    assert capsys.readouterr().out.count("left out on this GPU: v") == 4
+    assert capsys.readouterr().out.count("left out on this GPU: v") == 5
     assert profile.runnable(T4) == []
 
 
@@ -594,10 +625,11 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
         ops = sass.opcodes(sass.disassemble(compiled))
         assert ops["HGMMA"] == 4 and ops["USETMAXREG"] == 2  # 4 k16 slices of 64x256; dec and inc
         info = ig.step_info(step)
-        # One barrier after the mbarrier set-up; step 9 adds the consumers' two per pass of its epilogue.
+        # One barrier after the mbarrier set-up; steps 9-10 add the consumers' two per pass of the epilogue.
         assert ops.get("BAR", 0) == (5 if info.tma_store else 1)
-        assert ops["LDGSTS"] == (8 if info.tma_filters else 24)  # steps 8-9: the filters come by TMA (UTMALDG)
-        assert ops.get("UTMALDG", 0) == info.tma_filters
+        # Steps 8-9: the filters come by TMA (UTMALDG); step 10: the input too, and no cp.async is left.
+        assert ops.get("LDGSTS", 0) == (0 if info.tma_im2col else 8 if info.tma_filters else 24)
+        assert ops.get("UTMALDG", 0) == info.tma_filters + info.tma_im2col
         # Step 9: the four boxes of the staged output tile by TMA (UTMASTG), no plain global store.
         assert ops.get("UTMASTG", 0) == (4 if info.tma_store else 0)
         assert (ops.get("STG", 0) == 0) == info.tma_store
@@ -730,6 +762,56 @@ def test_tma_store_launcher_keeps_a_temporary_output_alive(rng):
     run()
     assert not bystander.any()
     result = ig.compare(run.out, ig.reference(x, w), problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+# Geometry the engine now works out in step 10: filters that are not square, strides 2 and 3, 5x5 taps.
+IM2COL_PROBLEMS = [
+    ig.Problem(n=2, h=9, w=11, c=64, k=64, r=1, s=3, pad=1),
+    ig.Problem(n=3, h=10, w=7, c=72, k=24, r=3, s=1, pad=0),
+    ig.Problem(n=2, h=15, w=13, c=64, k=128, stride=2),
+    ig.Problem(n=2, h=16, w=16, c=32, k=64, r=1, s=1, pad=0, stride=2),
+    ig.Problem(n=1, h=20, w=20, c=16, k=16, r=5, s=5, pad=2, stride=3),
+    ig.Problem(n=1, h=20, w=20, c=8, k=8, r=3, s=3, pad=128, stride=8),  # the descriptor's limits
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", IM2COL_PROBLEMS, ids=lambda p: p.label())
+@pytest.mark.parametrize(
+    "step", [s.number - 1 for s in ig.REGISTRY if s.tma_im2col] + [s.number for s in ig.REGISTRY if s.tma_im2col]
+)
+def test_im2col_geometry(step, problem, rng):
+    """The TMA engine's gather against the threads' gather of the step before, on the geometry the
+    chapter's problems do not cover, with the epilogue, into a poisoned output (conv poisons it)."""
+    import cupy
+
+    if why := ig.unsupported(step, device.properties()):
+        pytest.skip(why)
+    x, w = ig.random_inputs(problem, rng, cupy)
+    bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
+    out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
+    result = ig.compare(out, ref, problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+def test_im2col_launcher_keeps_a_temporary_input_alive(rng):
+    """Step 10 reads x through a descriptor holding only its address: were the launcher not to keep x,
+    the pool would hand x's memory to the next array (zeros here) and the output would be 0."""
+    import cupy
+
+    step = next(s.number for s in ig.REGISTRY if s.tma_im2col)
+    if why := ig.unsupported(step, device.properties()):
+        pytest.skip(why)
+    problem = ig.ODD_PROBLEMS[0]
+    x, w = ig.random_inputs(problem, rng, cupy)
+    out = check.poison(cupy.empty(problem.y_shape, dtype=cupy.float16))
+    run = ig.launcher(step, x.copy(), w, out)  # nothing else refers to the copy
+    cupy.zeros(x.shape, dtype=x.dtype)  # the pool reuses a freed block of x's size, if any: zeros it
+    run()
+    result = ig.compare(out, ig.reference(x, w), problem)
     assert result.ok, f"{result} -- {result.detail}"
 
 

@@ -21,7 +21,7 @@ from ..harness import check, device
 BLOCK_M = BLOCK_N = 128  # the block tile of steps 2-6 (the source's 128x128)
 THREADS = 128  # steps 2-5: 4 warps of 64x64
 WGMMA_THREADS = 256  # step 6: 2 warpgroups of 64x128
-WS_BLOCK_N = 256  # steps 7-9: 128x256 tiles, one copying and two multiplying warpgroups
+WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups
 WS_THREADS = 384
 WS_REGISTERS = 168  # their setmaxnreg split adds up to 384 threads x 168 registers
 CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
@@ -31,11 +31,13 @@ TILE_BYTES = 4 * CHUNK_STRIDE_BYTES
 STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
-WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-9: 128 rows of A and 256 of B, 64 halves each
-TMA_STORE_COLS = 64  # step 9: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
-WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # step 9: two fp16 boxes, half the output tile per pass
-WGMMA_ALIGN = 1024  # steps 6-9's swizzled tiles start on 1024-byte boundaries
+WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-10: 128 rows of A and 256 of B, 64 halves each
+TMA_STORE_COLS = 64  # steps 9-10: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
+WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-10: two fp16 boxes, half the output tile per pass
+WGMMA_ALIGN = 1024  # steps 6-10's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
+IM2COL_MAX_STRIDE = 8  # step 10: the TMA engine's traversal stride is at most 8
+IM2COL_CORNER = 128  # step 10: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 
 
@@ -58,6 +60,7 @@ class Step:
     x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
     tma_store: bool = False  # writes the output through a staging tile and a TMA descriptor
+    tma_im2col: bool = False  # reads the input through an im2col TMA descriptor, K steps tap by tap
     split_k: bool = False  # can split K over gridDim.z, with igemm_split_reduce adding the fp32 partials
     max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
@@ -76,8 +79,8 @@ class Step:
         return self.source.endswith(".cu")
 
 
-# The one list of steps, in order; everything below asks it. Steps 6-9 keep one wgmma batch in flight:
-# 3 stages at least; 5 of steps 7-9's 48 KB no longer fit. (Step 1's blocks are v1_naive.THREADS wide.)
+# The one list of steps, in order; everything below asks it. Steps 6-10 keep one wgmma batch in flight:
+# 3 stages at least; 5 of steps 7-10's 48 KB no longer fit. (Step 1's blocks are v1_naive.THREADS wide.)
 REGISTRY = (
     Step(1, "igemm/v1_naive.py", "igemm_naive", "naive implicit GEMM", THREADS),
     Step(2, "igemm/v2_wmma.cu", "igemm_v2_wmma", "tensor cores through WMMA", THREADS, needs=("WMMA", 70)),
@@ -173,6 +176,23 @@ REGISTRY = (
         tma_store=True,
         max_registers=WS_REGISTERS,
     ),
+    Step(
+        10,
+        "igemm/v10_tma_im2col.cu",
+        "igemm_v10_tma_im2col",
+        "the input tile through the TMA engine's im2col mode",
+        WS_THREADS,
+        stages=(3, 4),
+        default_stages=4,
+        stage_bytes=WS_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+        specialized=True,
+        tma_filters=True,
+        tma_store=True,
+        tma_im2col=True,
+        max_registers=WS_REGISTERS,
+    ),
 )
 _BY_NUMBER = {s.number: s for s in REGISTRY}
 # Views of the registry, for the notebook and the error messages.
@@ -248,7 +268,7 @@ class Problem:
         return -(-m // BLOCK_M), -(-n // BLOCK_N)
 
     def ws_tiles(self) -> int:
-        """Steps 7-9's 128x256 tiles, which their blocks walk through in order."""
+        """Steps 7-10's 128x256 tiles, which their blocks walk through in order."""
         m, n, _ = self.gemm
         return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
 
@@ -346,7 +366,7 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
 
 
 def require_tensor_core_shape(problem: Problem) -> None:
-    """The shape constraints of the CUDA C++ steps (2-9), each error naming its remedy."""
+    """The shape constraints of the CUDA C++ steps (2-10), each error naming its remedy."""
     c, k = problem.c, problem.k
     if c % CHUNK:
         raise ValueError(
@@ -365,6 +385,23 @@ def require_tensor_core_shape(problem: Problem) -> None:
                 f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
                 f"with 32-bit integers (at most {MAX_ELEMENTS}): split the batch"
             )
+
+
+def require_im2col_geometry(problem: Problem, step: int) -> None:
+    """What the TMA engine's im2col mode can describe: a traversal stride up to 8, and box corners
+    (-pad, and pad - (R - 1) along H, pad - (S - 1) along W) within [-128, 127]."""
+    if problem.stride > IM2COL_MAX_STRIDE:
+        raise ValueError(
+            f"stride {problem.stride}: step {step} gathers the input with the TMA engine, whose im2col "
+            f"stride is at most {IM2COL_MAX_STRIDE}; use step {step - 1}, whose threads gather it"
+        )
+    corners = (-problem.pad, problem.pad - (problem.r - 1), problem.pad - (problem.s - 1))
+    if not all(-IM2COL_CORNER <= v < IM2COL_CORNER for v in corners):
+        raise ValueError(
+            f"pad {problem.pad} with a {problem.r}x{problem.s} filter: step {step}'s im2col box corners "
+            f"{corners} must lie in [-{IM2COL_CORNER}, {IM2COL_CORNER - 1}]; use step {step - 1}, whose "
+            f"threads gather it"
+        )
 
 
 def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
@@ -393,6 +430,8 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
         raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{wd} input (pad {pad})")
     if info.cuda_cpp:
         require_tensor_core_shape(problem)
+    if info.tma_im2col:
+        require_im2col_geometry(problem, step)
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
     if bias is not None:
@@ -417,7 +456,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
 
 def smem_bytes(step: int, stages: int) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
-    (the wgmma steps add room to align their tiles to 1024 bytes; step 9 adds its staging tile)."""
+    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-10 add their staging tile)."""
     info = step_info(step)
     if not info.pipelined:
         raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
@@ -428,7 +467,7 @@ def smem_bytes(step: int, stages: int) -> int:
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Steps 6-9's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    """Steps 6-10's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
     (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
     128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
@@ -481,7 +520,7 @@ def left_out(step: int, stages: int | None = None) -> bool:
 
 @cache
 def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
-    """The compiled CUDA C++ kernel of ``step`` (2-9), with its dynamic shared memory allowed.
+    """The compiled CUDA C++ kernel of ``step`` (2-10), with its dynamic shared memory allowed.
 
     ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
     from ..harness import cuda_cpp
@@ -525,7 +564,7 @@ def launcher(
 ) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
-    ``stages`` (steps 4-9 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-9
+    ``stages`` (steps 4-10 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-10
     only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
     ``problem.ws_tiles()`` gives one block per tile. ``splits`` (step 6 only): how many blocks share
     each tile's K steps (default 1); above 1 a workspace of ``splits`` fp32 copies of the output and
@@ -565,7 +604,7 @@ def launcher(
     i32 = cupy.int32
     pr = problem
     args = (
-        x,
+        input_tensor_map(x, problem) if info.tma_im2col else x,
         filter_tensor_map(w) if info.tma_filters else w,
         output_tensor_map(out) if info.tma_store else out,
         i32(pr.n),
@@ -604,9 +643,9 @@ def launcher(
         if reduce is not None:
             reduce(reduce_grid, (SPLIT_REDUCE_THREADS,), reduce_args)
 
-    # Steps 8-9's args hold only descriptors of w's and out's addresses: the launcher keeps both alive
+    # Steps 8-10's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
     # itself, or a temporary could be freed, and its memory reused, while the TMA engine uses it.
-    launch.w, launch.out = w, out
+    launch.x, launch.w, launch.out = x, w, out
     return launch
 
 
@@ -661,13 +700,46 @@ def _tensor_map(a, rows: int, cols: int, box: tuple[int, int]):
 
 
 def filter_tensor_map(w):
-    """Steps 8-9's TMA descriptor of the KRSC filters seen as a (K, RSC) matrix: boxes of 256 rows x
+    """Steps 8-10's TMA descriptor of the KRSC filters seen as a (K, RSC) matrix: boxes of 256 rows x
     64 taps, the tile a K step multiplies."""
     return _tensor_map(w, w.shape[0], w.size // w.shape[0], (WS_BLOCK_N, 64))
 
 
+def input_tensor_map(x, problem: Problem):
+    """Step 10's im2col TMA descriptor of the NHWC input: one load gathers 128 output pixels x 64
+    channels for one filter tap, in the 128-byte swizzle, zeros outside the image. The box corners are
+    where the filter's corner may stand (-pad to pad - (R - 1) past each edge); the traversal stride is
+    the convolution's. It holds x's address: build it for every new array."""
+    import cupy
+    from cuda.bindings import driver as cu
+
+    n, h, w, c = problem.x_shape
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    (err,) = cu.cuInit(0)
+    if err == cu.CUresult.CUDA_SUCCESS:
+        err, tensor_map = cu.cuTensorMapEncodeIm2col(
+            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            4,
+            x.data.ptr,
+            [u64(c), u64(w), u64(h), u64(n)],  # innermost first, like the strides and corners
+            [u64(2 * c), u64(2 * c * w), u64(2 * c * w * h)],
+            [-problem.pad, -problem.pad],
+            [problem.pad - (problem.s - 1), problem.pad - (problem.r - 1)],
+            64,
+            BLOCK_M,
+            [u32(1), u32(problem.stride), u32(problem.stride), u32(1)],
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeIm2col failed for {problem.label()}: {err}")
+    return cupy.asarray(np.array(tensor_map.opaque, dtype=np.uint64))
+
+
 def output_tensor_map(y):
-    """Step 9's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
+    """Steps 9-10's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
     channels, a quarter of a 128x256 tile's staged output."""
     return _tensor_map(y, y.size // y.shape[-1], y.shape[-1], (BLOCK_M, TMA_STORE_COLS))
 
@@ -728,7 +800,7 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
 
 
 # ---- Choosing a step per problem --------------------------------------------------------------------
-# A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-9) cuts the GEMM into tiles;
+# A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-10) cuts the GEMM into tiles;
 # the SMs run them in waves of SMs x blocks per SM (as shared memory, threads and registers allow); a
 # tile costs its padded work, K rounded up to the step's K step plus one K step for the prologue and
 # the epilogue that no step overlaps with its math.
@@ -792,7 +864,7 @@ def tile_model(step: int, stages: int | None, problem: Problem, props: dict, spl
     m, n, kd = problem.gemm
     tile = (BLOCK_M, WS_BLOCK_N if info.specialized else BLOCK_N)
     k_step = 64 if info.wgmma else 32
-    k_tiles = -(-kd // k_step)
+    k_tiles = problem.r * problem.s * -(-problem.c // k_step) if info.tma_im2col else -(-kd // k_step)
     if splits > 1:
         k_tiles, splits = split_plan(problem, splits)
     tiles = -(-m // tile[0]) * -(-n // tile[1]) * splits

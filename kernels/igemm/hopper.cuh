@@ -1,11 +1,11 @@
-// The Hopper (sm_90a) PTX wrappers that steps 6-9 share: the swizzled tile layout, wgmma's descriptor
+// The Hopper (sm_90a) PTX wrappers that steps 6-10 share: the swizzled tile layout, wgmma's descriptor
 // and fences, and the mbarriers of the producer/consumer ring. A helper only one step uses stays in
-// that step's file (step 6's m64n128k16 wgmma, step 9's TMA store), where its diff shows it.
+// that step's file (step 6's m64n128k16 wgmma, step 10's im2col load), where its diff shows it.
 #pragma once
 #include "igemm_common.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// ---- Steps 6-8: wgmma from swizzled shared-memory tiles ---------------------------------------------
+// ---- Steps 6-10: wgmma from swizzled shared-memory tiles ---------------------------------------------
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of row `row` in a tile of 128-byte rows, 128-byte swizzle:
 // the chunk index is XORed with row % 8, so 8 rows' chunk j land in 8 different 16-byte bank groups.
@@ -40,7 +40,7 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int pending>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory"); }
 
-// ---- Steps 7-9: the producer/consumer ring of mbarriers, 64x256 wgmma -------------------------------
+// ---- Steps 7-10: the producer/consumer ring of mbarriers, 64x256 wgmma -------------------------------
 
 // The mbarrier at `bar` counts one arrival of this thread once all its earlier cp.async have landed.
 __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
@@ -98,7 +98,7 @@ __device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], unsigned long l
                  : "l"(desc_a), "l"(desc_b));
 }
 
-// ---- Steps 8-9: the filter tile through the TMA engine ----------------------------------------------
+// ---- Steps 8-10: the filter tile through the TMA engine ----------------------------------------------
 
 // One arrival that also announces `bytes` more to come from the TMA engine: the phase completes when
 // every arrival is in and those bytes have landed.
@@ -113,4 +113,25 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int k
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  :: "r"(dst), "l"(map), "r"(k), "r"(n), "r"(bar) : "memory");
 }
+
+// ---- Steps 9-10: the output tile through a staging tile and TMA stores ----------------------------
+
+// TMA: the box of the 2D tensor map `map` whose corner is element (k, m) <- shared memory at `src`,
+// read in the map's swizzle; the engine skips elements past the tensor's edges. Completion is tracked
+// by bulk groups, one per commit, of the issuing thread.
+__device__ __forceinline__ void tma_store_2d(const void* map, int k, int m, unsigned src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 :: "l"(map), "r"(k), "r"(m), "r"(src) : "memory");
+}
+
+// Wait until at most `pending` of this thread's bulk groups still read shared memory (.read), or are
+// still running at all (without it: their writes to global memory are done too).
+template <int pending>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory"); }
+template <int pending>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(pending) : "memory"); }
+
+// Barrier 1 among the 256 consumer threads only (barrier 0 is __syncthreads, which the producer,
+// gone after its last copy, would never reach).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 #endif

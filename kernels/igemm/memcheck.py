@@ -26,6 +26,8 @@ ODD_RUNS = (
     (8, {"stages": 4, "blocks": 1}),
     (9, {"stages": 3}),
     (9, {"stages": 4, "blocks": 1}),
+    (10, {"stages": 3}),
+    (10, {"stages": 4, "blocks": 1}),
 )
 
 

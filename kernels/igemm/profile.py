@@ -28,6 +28,7 @@ VARIANTS = (
     ("v7_warp_specialized, 4 stages", 7, {"stages": 4}),
     ("v8_tma_filters, 4 stages", 8, {"stages": 4}),
     ("v9_tma_store, 4 stages", 9, {"stages": 4}),
+    ("v10_tma_im2col, 4 stages", 10, {"stages": 4}),
 )
 
 

@@ -34,25 +34,6 @@ constexpr int J_PER_PASS = BN / 8 / PASSES;     // accumulator column groups of 
 constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// TMA: the box of the 2D tensor map `map` whose corner is element (k, m) <- shared memory at `src`,
-// read in the map's swizzle; the engine skips elements past the tensor's edges. Completion is tracked
-// by bulk groups, one per commit, of the issuing thread.
-__device__ __forceinline__ void tma_store_2d(const void* map, int k, int m, unsigned src) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                 :: "l"(map), "r"(k), "r"(m), "r"(src) : "memory");
-}
-
-// Wait until at most `pending` of this thread's bulk groups still read shared memory (.read), or are
-// still running at all (without it: their writes to global memory are done too).
-template <int pending>
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(pending) : "memory"); }
-template <int pending>
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(pending) : "memory"); }
-
-// Barrier 1 among the 256 consumer threads only (barrier 0 is __syncthreads, which the producer,
-// gone after its last copy, would never reach).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 igemm_v9_tma_store(const half* __restrict__ x, const void* __restrict__ w_map, const void* __restrict__ y_map,
                      int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
