@@ -671,32 +671,49 @@ def split_reduce_kernel(step: int, stages: int):
     return cuda_cpp.load(step_info(step).source, "igemm_split_reduce", options=(f"-DSTAGES={stages}",), arch="sm_90a")
 
 
-def _tensor_map(a, rows: int, cols: int, box: tuple[int, int]):
-    """A TMA descriptor of the fp16 array ``a`` seen as a (rows, cols) row-major matrix -- boxes of
-    ``box`` = (box rows, box cols), the 128-byte swizzle, zeros read and nothing written outside -- as
-    the 128-byte device array a kernel reads. It holds a's address: build it for every new array."""
+def _encode(mode: str, what: str, rank: int, address: int, *layout):
+    """The driver's ``cuTensorMapEncode<mode>`` (Tiled or Im2col) of an fp16 tensor of ``rank``
+    dimensions at ``address``, laid out as ``layout`` says (the mode's sizes, strides, box and element
+    strides), with what every map of the chapter shares: the 128-byte swizzle, L2 promotion by 256 B,
+    zeros read and nothing written outside. Returns the 128-byte device array a kernel reads; a
+    RuntimeError naming ``what`` if the driver refuses."""
     import cupy
     from cuda.bindings import driver as cu
 
     (err,) = cu.cuInit(0)
     if err == cu.CUresult.CUDA_SUCCESS:
-        err, tensor_map = cu.cuTensorMapEncodeTiled(
+        err, tensor_map = getattr(cu, f"cuTensorMapEncode{mode}")(
             cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            2,
-            a.data.ptr,
-            # sizes from the innermost dimension out, then the row stride in bytes
-            [cu.cuuint64_t(cols), cu.cuuint64_t(rows)],
-            [cu.cuuint64_t(2 * cols)],
-            [cu.cuuint32_t(box[1]), cu.cuuint32_t(box[0])],
-            [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+            rank,
+            address,
+            *layout,
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed for an array of shape {tuple(a.shape)}: {err}")
+        raise RuntimeError(f"cuTensorMapEncode{mode} failed for {what}: {err}")
     return cupy.asarray(np.array(tensor_map.opaque, dtype=np.uint64))
+
+
+def _tensor_map(a, rows: int, cols: int, box: tuple[int, int]):
+    """A TMA descriptor of the fp16 array ``a`` seen as a (rows, cols) row-major matrix, in boxes of
+    ``box`` = (box rows, box cols). It holds a's address: build it for every new array."""
+    from cuda.bindings.driver import cuuint32_t as u32
+    from cuda.bindings.driver import cuuint64_t as u64
+
+    return _encode(
+        "Tiled",
+        f"an array of shape {tuple(a.shape)}",
+        2,
+        a.data.ptr,
+        # sizes from the innermost dimension out, then the row stride in bytes
+        [u64(cols), u64(rows)],
+        [u64(2 * cols)],
+        [u32(box[1]), u32(box[0])],
+        [u32(1), u32(1)],
+    )
 
 
 def filter_tensor_map(w):
@@ -710,32 +727,23 @@ def input_tensor_map(x, problem: Problem):
     channels for one filter tap, in the 128-byte swizzle, zeros outside the image. The box corners are
     where the filter's corner may stand (-pad to pad - (R - 1) past each edge); the traversal stride is
     the convolution's. It holds x's address: build it for every new array."""
-    import cupy
-    from cuda.bindings import driver as cu
+    from cuda.bindings.driver import cuuint32_t as u32
+    from cuda.bindings.driver import cuuint64_t as u64
 
     n, h, w, c = problem.x_shape
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    (err,) = cu.cuInit(0)
-    if err == cu.CUresult.CUDA_SUCCESS:
-        err, tensor_map = cu.cuTensorMapEncodeIm2col(
-            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            4,
-            x.data.ptr,
-            [u64(c), u64(w), u64(h), u64(n)],  # innermost first, like the strides and corners
-            [u64(2 * c), u64(2 * c * w), u64(2 * c * w * h)],
-            [-problem.pad, -problem.pad],
-            [problem.pad - (problem.s - 1), problem.pad - (problem.r - 1)],
-            64,
-            BLOCK_M,
-            [u32(1), u32(problem.stride), u32(problem.stride), u32(1)],
-            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeIm2col failed for {problem.label()}: {err}")
-    return cupy.asarray(np.array(tensor_map.opaque, dtype=np.uint64))
+    return _encode(
+        "Im2col",
+        problem.label(),
+        4,
+        x.data.ptr,
+        [u64(c), u64(w), u64(h), u64(n)],  # innermost first, like the strides and corners
+        [u64(2 * c), u64(2 * c * w), u64(2 * c * w * h)],
+        [-problem.pad, -problem.pad],
+        [problem.pad - (problem.s - 1), problem.pad - (problem.r - 1)],
+        64,
+        BLOCK_M,
+        [u32(1), u32(problem.stride), u32(problem.stride), u32(1)],
+    )
 
 
 def output_tensor_map(y):
