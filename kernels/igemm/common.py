@@ -945,11 +945,11 @@ def stored_heads(gpu_slug: str | None = None) -> dict:
 
     rows = results.latest("igemm", gpu_slug or results.REFERENCE_GPU)
     heads = {}
-    for step in STEPS:
-        keys = {name: (f"v{step}_depth_sweep", name, "ms") for name in DEPTH_SWEEP}
+    for info in REGISTRY:
+        keys = {name: (f"v{info.number}_depth_sweep", name, "ms") for name in DEPTH_SWEEP}
         if all(key in rows for key in keys.values()):
             fixed, per_step = depth_fit({name: float(rows[key]["value"]) for name, key in keys.items()})
-            heads[step] = fixed / per_step
+            heads[info.number] = fixed / per_step
     return heads
 
 
