@@ -22,7 +22,7 @@ def test_the_table_has_the_shapes_the_chapter_compares():
 
 @pytest.mark.parametrize("problem", SHAPES, ids=lambda p: p.label())
 def test_best_step_picks_the_cheapest_calibrated_variant(problem):
-    rates = ig.stored_rates(H100)
+    rates, heads = ig.stored_rates(H100), ig.stored_heads()
     assert rates, "the chapter's stored run calibrates the model"
     choice = ig.best_step(problem, H100)
     estimates = {}
@@ -31,7 +31,8 @@ def test_best_step_picks_the_cheapest_calibrated_variant(problem):
             continue
         for s in range(1, ig.k_steps(problem) // 2 + 1) if v[0] in ig.SPLIT_K else (1,):
             reduce_ms = ig.split_reduce_ms(problem, s) if s > 1 else 0.0
-            estimates[(*v, s)] = ig.launch_ms() + ig._cost(*v, problem, H100, s) / r + reduce_ms
+            cost = ig._cost(*v, problem, H100, s, heads.get(v[0], 1.0))
+            estimates[(*v, s)] = ig.launch_ms() + cost / r + reduce_ms
     assert choice.estimate_ms == pytest.approx(min(estimates.values()))
     assert (choice.step, choice.stages, choice.splits) in estimates
     info = ig.step_info(choice.step)
@@ -71,7 +72,7 @@ def test_the_calibrated_model_gives_the_stored_times_of_the_source_problem():
     """Each rate makes estimate_ms, launch included, give the variant's stored time on the source problem;
     the launch is the probes' empty kernel, so the rate belongs to the tiles' work alone."""
     stored = results.latest("igemm", results.REFERENCE_GPU)
-    rates = ig.stored_rates(H100)
+    rates, heads = ig.stored_rates(H100), ig.stored_heads()
     assert rates and 0 < ig.launch_ms() < 0.1
     for (step, stages), rate in rates.items():
         names = [ig.stored_name(step, stages)] + (
@@ -80,8 +81,30 @@ def test_the_calibrated_model_gives_the_stored_times_of_the_source_problem():
         ms = next(
             float(stored[(n, "source problem", "ms")]["value"]) for n in names if (n, "source problem", "ms") in stored
         )
-        assert ig.estimate_ms(step, stages, ig.PROBLEM, H100, rate) == pytest.approx(ms, rel=1e-12)
-        assert ig._cost(step, stages, ig.PROBLEM, H100) / rate == pytest.approx(ms - ig.launch_ms(), rel=1e-12)
+        head = heads.get(step, 1.0)
+        assert ig.estimate_ms(step, stages, ig.PROBLEM, H100, rate, head=head) == pytest.approx(ms, rel=1e-12)
+        work_ms = ig._cost(step, stages, ig.PROBLEM, H100, head=head) / rate
+        assert work_ms == pytest.approx(ms - ig.launch_ms(), rel=1e-12)
+
+
+def test_the_depth_fit_gives_a_tile_s_head_in_k_steps():
+    """A line with a known launch, head and K-step time gives them back; the stored sweeps give the steps
+    the chapter sweeps a head, and the others none (the model charges them one K step)."""
+    per_step, tiles = 0.002, 6  # ms per K step of a block's 6 tiles
+    ms = {name: ig.launch_ms() + tiles * per_step * (3.5 + ig.k_steps(p)) for name, p in ig.DEPTH_SWEEP.items()}
+    fixed, fitted = ig.depth_fit(ms)
+    assert fitted == pytest.approx(tiles * per_step) and fixed / fitted == pytest.approx(3.5)
+    heads = ig.stored_heads()
+    assert set(heads) == {8, 9, 10} and all(h > 0 for h in heads.values())
+    assert ig.stored_heads("no-such-gpu") == {}
+
+
+def test_a_longer_head_makes_short_k_tiles_dearer():
+    """The head is charged per tile: with C = 64 (9 K steps per tile) a head of 3.5 K steps costs 25% more
+    than one of 1, with C = 512 (72 K steps) 3.4%."""
+    short, long = ig.DEPTH_SWEEP["C=64"], ig.DEPTH_SWEEP["C=512"]
+    assert ig._cost(10, 4, short, H100, head=3.5) / ig._cost(10, 4, short, H100) == pytest.approx(12.5 / 10)
+    assert ig._cost(10, 4, long, H100, head=3.5) / ig._cost(10, 4, long, H100) == pytest.approx(75.5 / 73)
 
 
 def test_best_step_rules_with_equal_rates():

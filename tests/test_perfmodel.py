@@ -308,6 +308,25 @@ def test_more_warps_fill_the_wait():
         pm.scheduler_cycles(bar, LAT, warps=3, warps_per_block=2)
 
 
+def test_blocks_out_of_step_hide_each_other_s_waits():
+    """Two one-warp blocks: started together they wait for their loads at the same time; spread over the
+    loop, one's instructions issue while the other waits, close to a lone warp's pace."""
+    step = body(
+        "LDG.E R1, desc[UR4][R6.64]\nFFMA R2, R1, R1, R2\n"
+        + "IADD3 R3, R4, 0x1, RZ\n" * 8
+        + "BAR.SYNC.DEFER_BLOCKING 0x0\nBRA `(.L_x_0)"
+    )
+    # alone: the load's 100 cycles, 9 instructions, the barrier's 10, the branch: the next load at 120
+    assert pm.scheduler_cycles(step, LAT) == pm.scheduler_cycles(step, LAT, spread=True) == 120
+    # in step: both loads, both waits at once, then both warps' 11 instructions and the barrier: 130
+    together, spread = (pm.scheduler_cycles(step, LAT, warps=2, spread=s) for s in (False, True))
+    assert together == 130 and 120 <= spread < 125
+    # a block's own warps stay together (barrier partners): two blocks of two warps, each block spread
+    assert pm.scheduler_cycles(step, LAT, warps=4, warps_per_block=2, spread=True) < pm.scheduler_cycles(
+        step, LAT, warps=4, warps_per_block=2
+    )
+
+
 def test_held_slots_hide_a_wait_only_behind_the_other_warps_slots():
     """With E's weights each instruction holds the scheduler for its slots (here a load 4, other 2)."""
     w = pm.Weights(1.0, 4.0, 2.0)

@@ -309,6 +309,7 @@ def latency_efficiency(
     l1_hit: float = 0.0,
     slots=perfmodel.taking_turns,
     held: bool = True,
+    spread: bool = False,
 ):
     """efficiency(W) for ``perfmodel.occupancy_ratio``: the share of a scheduler's time that W warps of
     this stage keep issuing, from one iteration of its hot loop -- weighted issue slots per warp (the
@@ -320,7 +321,8 @@ def latency_efficiency(
     latency). ``held``: each instruction holds the scheduler for the slots E charges it (its class's
     weight), so that a warp's wait hides only behind the slots of the other warps -- the issue the
     efficiency is measured against; False: one cycle each, the pace of the dependencies alone (and
-    with ``slots`` other than E's). None when the loops are not understood (no trip counts)."""
+    with ``slots`` other than E's). ``spread``: the blocks an SM holds run out of step (see
+    ``perfmodel.scheduler_cycles``) instead of together. None when the loops are not understood (no trip counts)."""
     sass = sass if sass is not None else compiled(cuda_stage(stage), tile)[0]
     instructions = perfmodel.parse_sass(sass)
     loops = perfmodel.find_loops(instructions)
@@ -348,7 +350,7 @@ def latency_efficiency(
     def efficiency(warps: int) -> float:
         if warps not in cache:
             partners = per_scheduler if warps % per_scheduler == 0 else 1
-            cycles = perfmodel.scheduler_cycles(body, lat, warps, partners, slot_weights=weights)
+            cycles = perfmodel.scheduler_cycles(body, lat, warps, partners, slot_weights=weights, spread=spread)
             cache[warps] = perfmodel.issue_efficiency(warps, issue, cycles)
         return cache[warps]
 
@@ -456,6 +458,7 @@ def predict(
     busiest_sm_blocks: int | None = None,
     slots=perfmodel.taking_turns,
     held: bool = True,
+    spread: bool = False,
 ) -> StagePrediction | None:
     """Everything the chapter's model says about ``stage`` on ``p``: SASS counts (``counts`` where the
     SASS loops are not understood; None if there are neither), the L1 hit rate and the latency term,
@@ -466,7 +469,8 @@ def predict(
     with E's slots held (``latency_efficiency``); where the last, partial wave goes is decided by the pace
     of the dependencies alone (``held=False``): whether warps wait on their own results, not whether
     the issue slots hide those waits. ``held=False`` here: the model without held slots for both (as it
-    was before the autotune candidates tested it)."""
+    was before the autotune candidates tested it). ``spread``: the scoreboard runs an SM's blocks out of
+    step rather than together (the notebook's test of that assumption)."""
     sass, res = compiled(cuda_stage(stage), tile)
     c, counted_from = sass_counts(stage, p, tile, sass=sass), "SASS"
     if c is None:
@@ -475,10 +479,10 @@ def predict(
         return None
     props = props or device.properties()
     hit = l1_hit_rate(stage, p, res, tile, props)
-    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, slots=slots, held=held)
+    eff = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, slots=slots, held=held, spread=spread)
     pace = eff  # the pace the last wave's placement follows: the dependencies alone
     if eff and held and slots is perfmodel.taking_turns:
-        pace = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, held=False)
+        pace = latency_efficiency(stage, p, w, lat, tile, sass, l1_hit=hit, held=False, spread=spread)
 
     def place(busiest: int | None) -> StagePrediction:
         wv = waves(stage, p, res, tile, props, pace, busiest)

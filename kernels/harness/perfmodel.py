@@ -583,10 +583,12 @@ def scheduler_cycles(
     warps_per_block: int = 1,
     iterations: int = 3,
     slot_weights: Weights | None = None,
+    spread: bool = False,
 ) -> float:
     """Cycles one scheduler needs per iteration of ``body`` (instructions in issue order, inner loops
     already unrolled into it) with ``warps`` identical warps, in steady state: the mean of
-    ``iterations`` iterations after the first, all warps starting together as a launch's blocks do.
+    ``iterations`` iterations after the first, all warps starting together as a launch's blocks do
+    (``spread``: block b of B starts b / B of the way through the body instead, the blocks out of step).
 
     Each cycle the scheduler issues one instruction of the next ready warp after the last one that
     issued (loose round robin). A warp issues in order; an instruction waits until every register it
@@ -610,8 +612,9 @@ def scheduler_cycles(
     if slot_weights is not None:
         per_class = {"fp32": slot_weights.compute, "ldst": slot_weights.ldst, "other": slot_weights.other}
         slot = [per_class[classify(ins.opcode, ins.predicate)] for ins in body]
-    n_total = len(body) * iterations
-    pc = [0] * warps
+    blocks = warps // warps_per_block
+    first = [(w // warps_per_block) * len(body) // blocks if spread else 0 for w in range(warps)]
+    pc = list(first)
     ready = [dict() for _ in range(warps)]  # register -> cycle its value can be read
     loading = [dict() for _ in range(warps)]  # register -> cycle a load's write lands (no overtaking)
     groups = [[] for _ in range(warps)]  # landing times of committed cp.async groups, oldest first
@@ -621,7 +624,7 @@ def scheduler_cycles(
     iteration_end = [[0.0] * iterations for _ in range(warps)]
 
     def issue_time(w: int) -> float:
-        if pc[w] >= n_total or any(w in waiting for waiting in at_barrier.values()):
+        if pc[w] >= first[w] + len(body) * iterations or any(w in waiting for waiting in at_barrier.values()):
             return math.inf
         ins = body[pc[w] % len(body)]
         writes, reads = operands[pc[w] % len(body)]
@@ -654,8 +657,8 @@ def scheduler_cycles(
         busy = slot[pc[w] % len(body)]
         hold[w] = now + busy
         pc[w] += 1
-        if pc[w] % len(body) == 0:
-            iteration_end[w][pc[w] // len(body) - 1] = now + busy
+        if (pc[w] - first[w]) % len(body) == 0:
+            iteration_end[w][(pc[w] - first[w]) // len(body) - 1] = now + busy
         if ins.base == "BAR":
             block = w // warps_per_block
             waiting = at_barrier.setdefault(block, [])

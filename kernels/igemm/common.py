@@ -810,10 +810,12 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
 # ---- Choosing a step per problem --------------------------------------------------------------------
 # A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-10) cuts the GEMM into tiles;
 # the SMs run them in waves of SMs x blocks per SM (as shared memory, threads and registers allow); a
-# tile costs its padded work, K rounded up to the step's K step plus one K step for the prologue and
-# the epilogue that no step overlaps with its math.
-# What one SM's blocks reach per second comes from the chapter's own stored run on the source problem:
-# the rate that makes this model give that run's time. A block alone on an SM is taken to reach it too.
+# tile costs its padded work, K rounded up to the step's K step, plus its head: what the tile costs
+# besides its K steps (the prologue, the epilogue that no step overlaps with its math), in K steps.
+# The chapter's depth sweep measures the head of the steps it times (stored_heads); the others are
+# charged one K step. What one SM's blocks reach per second comes from the chapter's own stored run
+# on the source problem: the rate that makes this model give that run's time. A block alone on an SM
+# is taken to reach it too.
 SLOT_RESERVED_BYTES = 1024  # the shared memory the runtime keeps per block
 
 
@@ -865,9 +867,12 @@ def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int
     return out
 
 
-def tile_model(step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1) -> tuple:
+def tile_model(
+    step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1, head: float = 1.0
+) -> tuple:
     """(tile, tiles, slots, waves, padded FLOP per tile) of ``step`` on ``problem``; with ``splits``
-    (split K) a tile is one block's share: every output tile counts once per split, over its K steps."""
+    (split K) a tile is one block's share: every output tile counts once per split, over its K steps.
+    ``head``: what a tile costs besides its K steps, in K steps (stored_heads)."""
     info = step_info(step)
     m, n, kd = problem.gemm
     tile = (BLOCK_M, WS_BLOCK_N if info.specialized else BLOCK_N)
@@ -881,13 +886,13 @@ def tile_model(step: int, stages: int | None, problem: Problem, props: dict, spl
     by_registers = props["regs_per_sm"] // (info.threads * -(-info.max_registers // 8) * 8)  # 8-register units
     slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem, by_registers))
     waves = -(-tiles // (props["sms"] * slots))
-    tile_flops = 2 * tile[0] * tile[1] * (k_tiles + 1) * k_step
+    tile_flops = 2 * tile[0] * tile[1] * (k_tiles + head) * k_step
     return tile, tiles, slots, waves, tile_flops
 
 
-def _cost(step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1) -> float:
+def _cost(step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1, head: float = 1.0) -> float:
     """The model's time in units of one SM's time per FLOP: waves x tiles sharing an SM x tile work."""
-    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits)
+    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits, head)
     sharing = min(slots, -(-tiles // props["sms"]))  # blocks on the busiest SM at once
     return waves * sharing * tile_flops
 
@@ -910,20 +915,52 @@ def split_reduce_ms(problem: Problem, splits: int) -> float:
     return launch_ms() + (4 * splits + 2) * outputs / gbps / 1e6
 
 
-def estimate_ms(step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1) -> float:
-    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry): the launch,
-    the tiles' work, and split K's second kernel."""
+def estimate_ms(
+    step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1, head: float = 1.0
+) -> float:
+    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry, calibrated
+    with the same ``head``): the launch, the tiles' work, and split K's second kernel."""
     reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
-    return launch_ms() + _cost(step, stages, problem, props, splits) / rate + reduce_ms
+    return launch_ms() + _cost(step, stages, problem, props, splits, head) / rate + reduce_ms
 
 
-def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
-    """{(step, stages): the model's cost per ms} that make the model (estimate_ms, launch included) give
-    the chapter's stored times of the source problem (the reference GPU's run, or ``gpu_slug``'s); empty
-    where none is stored."""
+# The chapter's depth sweep: the source problem with 64 to 512 input channels, 9 to 72 K steps per tile.
+DEPTH_SWEEP = {f"C={c}": Problem(n=PROBLEM.n, h=PROBLEM.h, w=PROBLEM.w, c=c, k=PROBLEM.k) for c in (64, 128, 256, 512)}
+
+
+def depth_fit(ms: dict) -> tuple[float, float]:
+    """(fixed ms besides the launch, ms per K step of a block's tiles): the line through a step's times
+    ``ms`` ({DEPTH_SWEEP name: ms}) against each problem's K steps per tile. Over a persistent grid the
+    busiest block runs the same number of tiles at every depth, so fixed / per K step is what one tile
+    costs besides its K steps, in K steps: its head."""
+    names = list(DEPTH_SWEEP)
+    fixed, per_step = fit_head_tail([k_steps(DEPTH_SWEEP[n]) for n in names], [ms[n] for n in names])
+    return fixed - launch_ms(), per_step
+
+
+def stored_heads(gpu_slug: str | None = None) -> dict:
+    """{step: its tile's head in K steps} from the depth sweeps in the chapter's stored run (the
+    reference GPU's, or ``gpu_slug``'s); the steps without one are charged one K step by the model."""
     from ..harness import results
 
     rows = results.latest("igemm", gpu_slug or results.REFERENCE_GPU)
+    heads = {}
+    for info in REGISTRY:
+        keys = {name: (f"v{info.number}_depth_sweep", name, "ms") for name in DEPTH_SWEEP}
+        if all(key in rows for key in keys.values()):
+            fixed, per_step = depth_fit({name: float(rows[key]["value"]) for name, key in keys.items()})
+            heads[info.number] = fixed / per_step
+    return heads
+
+
+def stored_rates(props: dict, gpu_slug: str | None = None, heads: dict | None = None) -> dict:
+    """{(step, stages): the model's cost per ms} that make the model (estimate_ms, launch included, each
+    step's ``heads`` entry, default stored_heads) give the chapter's stored times of the source problem
+    (the reference GPU's run, or ``gpu_slug``'s); empty where none is stored."""
+    from ..harness import results
+
+    rows = results.latest("igemm", gpu_slug or results.REFERENCE_GPU)
+    heads = stored_heads(gpu_slug) if heads is None else heads
     launch = launch_ms()
     rates = {}
     for step, stages in variants(PROBLEM, props):
@@ -933,17 +970,22 @@ def stored_rates(props: dict, gpu_slug: str | None = None) -> dict:
         for name in names:
             row = rows.get((name, "source problem", "ms"))
             if row and float(row["value"]) > launch:
-                rates[(step, stages)] = _cost(step, stages, PROBLEM, props) / (float(row["value"]) - launch)
+                cost = _cost(step, stages, PROBLEM, props, head=heads.get(step, 1.0))
+                rates[(step, stages)] = cost / (float(row["value"]) - launch)
                 break
     return rates
 
 
-def best_step(problem: Problem, props: dict | None = None, rates: dict | None = None) -> Choice:
+def best_step(
+    problem: Problem, props: dict | None = None, rates: dict | None = None, heads: dict | None = None
+) -> Choice:
     """The step and pipeline depth the model expects fastest on ``problem``, for the GPU ``props``
     describes (default: this one, or the reference GPU without one).
 
-    ``rates`` ({(step, stages): rate}, default ``stored_rates``) calibrates each variant; only variants
-    with a rate compete. Without any (no stored run), the fallback: the variant with the fewest
+    ``rates`` ({(step, stages): rate}) calibrates each variant with the tile heads ``heads`` ({step: K
+    steps}, one K step where absent); by default both come from the chapter's stored run (stored_heads,
+    stored_rates), and given rates come with the heads they were calibrated with (default none). Only
+    variants with a rate compete. Without any (no stored run), the fallback: the variant with the fewest
     waves x tiles sharing an SM x tile work, ties to the later step at its default depth. Shapes no
     tensor-core step takes (C or K not a multiple of 8, over 2^31 elements) raise the steps' own errors."""
     require_problem(problem)
@@ -951,7 +993,10 @@ def best_step(problem: Problem, props: dict | None = None, rates: dict | None = 
     eligible = variants(problem, props)
     if not eligible:
         raise ValueError(f"problem: no tensor-core step runs on a GPU of compute capability {props['cc']}")
-    rates = stored_rates(props) if rates is None else rates
+    if rates is None:
+        heads = stored_heads() if heads is None else heads
+        rates = stored_rates(props, heads=heads)
+    heads = heads or {}
     timed = [v for v in eligible if v in rates]
 
     def summary(step, stages, ms, splits=1):
@@ -968,7 +1013,7 @@ def best_step(problem: Problem, props: dict | None = None, rates: dict | None = 
             for s in (range(1, k_steps(problem) // 2 + 1) if step_info(v[0]).split_k else (1,))
             if s == 1 or split_plan(problem, s)[1] == s  # each count of splits once
         ]
-        ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:2]], v[2]) for v in timed}
+        ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:2]], v[2], heads.get(v[0], 1.0)) for v in timed}
         step, stages, splits = min(timed, key=lambda v: (ms[v], -v[0], v[2]))
         return summary(step, stages, ms[(step, stages, splits)], splits)
     defaults = [v for v in eligible if v[1] == default_stages(v[0])]
