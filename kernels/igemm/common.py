@@ -293,7 +293,7 @@ class Problem:
         return -(-m // BLOCK_M), -(-n // BLOCK_N)
 
     def ws_tiles(self) -> int:
-        """Steps 7-10's 128x256 tiles, which their blocks walk through in order."""
+        """Steps 7-10's 128x256 tiles, in the order their blocks walk them (steps 7-11 size their grid by them)."""
         m, n, _ = self.gemm
         return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
 
@@ -494,7 +494,7 @@ def smem_bytes(step: int, stages: int) -> int:
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Steps 6-10's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    """Steps 6-11's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
     (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
     128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
@@ -670,7 +670,7 @@ def launcher(
         if reduce is not None:
             reduce(reduce_grid, (SPLIT_REDUCE_THREADS,), reduce_args)
 
-    # Steps 8-10's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
+    # Steps 8-11's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
     # itself, or a temporary could be freed, and its memory reused, while the TMA engine uses it.
     launch.x, launch.w, launch.out = x, w, out
     return launch
@@ -774,7 +774,7 @@ def input_tensor_map(x, problem: Problem):
 
 
 def output_tensor_map(y):
-    """Steps 9-10's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
+    """Steps 9-11's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
     channels, a quarter of a 128x256 tile's staged output."""
     return _tensor_map(y, y.size // y.shape[-1], y.shape[-1], (BLOCK_M, TMA_STORE_COLS))
 
