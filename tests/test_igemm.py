@@ -151,6 +151,9 @@ def test_the_registry_is_numbered_in_order_and_consistent():
         assert (not s.specialized or s.wgmma) and (not s.tma_filters or s.specialized), s
         assert not s.tma_store or s.tma_filters, s  # the output map rides on the filters' TMA set-up
         assert not s.tma_im2col or s.tma_store, s  # and the input map on both
+        # ping-pong: each consumer warpgroup owns a 128x128 tile of the persistent, specialized grid
+        assert not s.ping_pong or (s.specialized and s.tma_store and s.block_n == ig.BLOCK_N), s
+        assert s.block_n == (ig.WS_BLOCK_N if s.specialized and not s.ping_pong else ig.BLOCK_N), s
 
 
 def test_the_naive_step_launches_the_threads_its_record_says():
@@ -175,7 +178,7 @@ def test_the_views_are_the_registry():
         assert ig.threads(s.number) == s.threads and ig.default_stages(s.number) == s.default_stages
 
 
-@pytest.mark.parametrize("bad", [11, 0, -1, True, 2.0, "2", None])
+@pytest.mark.parametrize("bad", [12, 0, -1, True, 2.0, "2", None])
 def test_an_unknown_step_names_the_choices(bad):
     choices = re.escape(str(sorted(ig.STEPS)))
     with pytest.raises(ValueError, match=rf"^step must be one of {choices}, got {re.escape(repr(bad))}$"):
@@ -187,7 +190,7 @@ def test_an_unknown_step_names_the_choices(bad):
 def test_only_pipelined_steps_have_dynamic_shared_memory():
     for step in sorted(set(ig.STEPS) - set(ig.PIPELINED)):
         with pytest.raises(
-            ValueError, match=rf"only steps \(4, 5, 6, 7, 8, 9, 10\) have dynamic shared memory; step {step}"
+            ValueError, match=rf"only steps \(4, 5, 6, 7, 8, 9, 10, 11\) have dynamic shared memory; step {step}"
         ):
             ig.smem_bytes(step, 3)
 
@@ -311,7 +314,7 @@ def test_bad_geometry_and_arguments():
     with pytest.raises(ValueError, match="pad"):
         ig.validate(1, x, w, pad=-1)
     with pytest.raises(ValueError, match="step must be one of"):
-        ig.validate(11, x, w)
+        ig.validate(12, x, w)
     with pytest.raises(ValueError, match="expected shape"):
         ig.validate(1, x, w, zeros((1, 2, 3, 4), np.float16))
     with pytest.raises(ValueError, match="fused in steps"):
@@ -417,30 +420,31 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, x_bypass_l1=True)
     with pytest.raises(ValueError, match="stages of step 7 must be an integer from 3 to 4"):
         ig.launcher(7, x, w, out, stages=5)
-    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9, 10\) only"):
+    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9, 10, 11\) only"):
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
         ig.launcher(7, x, w, out, blocks=2)
     for step in (1, 2, 3):  # no pipeline: a stage count would be silently ignored
         with pytest.raises(
-            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9, 10\) only; step {step}"
+            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9, 10, 11\) only; step {step}"
         ):
             ig.launcher(step, x, w, out, stages=3)
 
 
-def test_the_im2col_step_names_what_its_descriptor_cannot_describe():
+@pytest.mark.parametrize("step, gather", [(10, 9), (11, 9)])
+def test_the_im2col_steps_name_what_their_descriptor_cannot_describe(step, gather):
     """The TMA engine's im2col mode strides by at most 8 and keeps its box corners in [-128, 127]; the
-    step before it, whose threads gather the input, takes both."""
-    step = next(s.number for s in ig.REGISTRY if s.tma_im2col)
+    last step whose threads gather the input takes both, and the message names it."""
+    assert ig.step_info(step).tma_im2col and not ig.step_info(gather).tma_im2col
     for problem, match in (
         (ig.Problem(n=1, h=40, w=40, c=8, k=8, r=1, s=1, pad=0, stride=9), r"im2col stride is at most 8"),
         (ig.Problem(n=1, h=4, w=4, c=8, k=8, r=3, s=3, pad=129), r"box corners \(-129, 127, 127\) must lie in"),
         (ig.Problem(n=1, h=200, w=200, c=8, k=8, r=131, s=1, pad=0), r"box corners \(0, -130, 0\) must lie in"),
     ):
         x, w = zeros(problem.x_shape, np.float16), zeros(problem.w_shape, np.float16)
-        with pytest.raises(ValueError, match=rf"step {step}\b.*{match}.*use step {step - 1}"):
+        with pytest.raises(ValueError, match=rf"step {step}\b.*{match}.*use step {gather}\b"):
             ig.validate(step, x, w, pad=problem.pad, stride=problem.stride)
-        assert ig.validate(step - 1, x, w, pad=problem.pad, stride=problem.stride) == problem
+        assert ig.validate(gather, x, w, pad=problem.pad, stride=problem.stride) == problem
     edge = ig.Problem(n=1, h=20, w=20, c=8, k=8, r=3, s=3, pad=128, stride=8)  # the limits themselves pass
     x, w = zeros(edge.x_shape, np.float16), zeros(edge.w_shape, np.float16)
     assert ig.validate(step, x, w, pad=edge.pad, stride=edge.stride) == edge
@@ -504,21 +508,21 @@ def test_the_h100_runs_every_step_at_every_depth():
 @pytest.mark.parametrize("props", [A100, RTX_4090], ids=["A100", "RTX 4090"])
 def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     why = _left_out(props)
-    assert sorted(why) == [6, 7, 8, 9, 10]
+    assert sorted(why) == [6, 7, 8, 9, 10, 11]
     cc = f"{props['cc'][0]}.{props['cc'][1]}"
     assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
     assert ig.unsupported(5, props, 5) is None  # 83,200 B fit in 99 KB
 
 
 def test_a_newer_gpu_leaves_out_the_wgmma_steps_too():
-    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-10."""
+    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-11."""
     why = _left_out({**H100, "name": "NVIDIA B200", "cc": "100"})
-    assert sorted(why) == [6, 7, 8, 9, 10] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
+    assert sorted(why) == [6, 7, 8, 9, 10, 11] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
 
 
 def test_the_t4_runs_steps_1_and_2_only():
     why = _left_out(T4)
-    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9, 10]
+    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert "mma.sync.m16n8k16" in why[3] and "sm_80" in why[3] and "this GPU is 7.5" in why[3]
     assert "cp.async" in why[4] and "cp.async" in why[5] and "sm_80" in why[5]
     assert "wgmma" in why[6]
@@ -623,15 +627,18 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
     assert "C7510" not in compiled.log, compiled.log
     if sass.available():
         ops = sass.opcodes(sass.disassemble(compiled))
-        assert ops["HGMMA"] == 4 and ops["USETMAXREG"] == 2  # 4 k16 slices of 64x256; dec and inc
         info = ig.step_info(step)
-        # One barrier after the mbarrier set-up; steps 9-10 add the consumers' two per pass of the epilogue.
-        assert ops.get("BAR", 0) == (5 if info.tma_store else 1)
-        # Steps 8-9: the filters come by TMA (UTMALDG); step 10: the input too, and no cp.async is left.
+        # 4 k16 slices of 64x256, or (ping-pong) of two 64x128 halves of a warpgroup's own tile; dec and inc
+        assert ops["HGMMA"] == (8 if info.ping_pong else 4) and ops["USETMAXREG"] == 2
+        # One barrier after the mbarrier set-up; steps 9-10 add the consumers' two per pass of the epilogue;
+        # step 11 its warpgroup's own two per pass, and the turns (a wait and an arrival on each of two).
+        assert ops.get("BAR", 0) == (9 if info.ping_pong else 5 if info.tma_store else 1)
+        # Steps 8-9: the filters come by TMA (UTMALDG); steps 10-11: the input too, and no cp.async is left.
         assert ops.get("LDGSTS", 0) == (0 if info.tma_im2col else 8 if info.tma_filters else 24)
         assert ops.get("UTMALDG", 0) == info.tma_filters + info.tma_im2col
-        # Step 9: the four boxes of the staged output tile by TMA (UTMASTG), no plain global store.
-        assert ops.get("UTMASTG", 0) == (4 if info.tma_store else 0)
+        # Steps 9-10: the four boxes of the staged output tile by TMA (UTMASTG), step 11 the two of a
+        # warpgroup's 128x128 tile; no plain global store.
+        assert ops.get("UTMASTG", 0) == (2 if info.ping_pong else 4 if info.tma_store else 0)
         assert (ops.get("STG", 0) == 0) == info.tma_store
 
 
@@ -778,9 +785,7 @@ IM2COL_PROBLEMS = [
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem", IM2COL_PROBLEMS, ids=lambda p: p.label())
-@pytest.mark.parametrize(
-    "step", [s.number - 1 for s in ig.REGISTRY if s.tma_im2col] + [s.number for s in ig.REGISTRY if s.tma_im2col]
-)
+@pytest.mark.parametrize("step", sorted({n for s in ig.REGISTRY if s.tma_im2col for n in (s.number - 1, s.number)}))
 def test_im2col_geometry(step, problem, rng):
     """The TMA engine's gather against the threads' gather of the step before, on the geometry the
     chapter's problems do not cover, with the epilogue, into a poisoned output (conv poisons it)."""
@@ -792,6 +797,26 @@ def test_im2col_geometry(step, problem, rng):
     bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
     out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
     ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
+    result = ig.compare(out, ref, problem)
+    assert result.ok, f"{result} -- {result.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [1, 2, 3, 7])
+def test_ping_pong_turns_with_odd_and_even_tile_counts(blocks, rng):
+    """Step 11's consumers take a block's tiles in turns, and hand over the turn only where the other has a
+    next tile: 7 tiles of 128x128 over 1, 2, 3 or 7 blocks leave each consumer 0 to 4 tiles, the second
+    one fewer where a block's count is odd. Every tile checked, with the epilogue, into a poisoned output."""
+    import cupy
+
+    step = next(s.number for s in ig.REGISTRY if s.ping_pong)
+    if why := ig.unsupported(step, device.properties()):
+        pytest.skip(why)
+    problem = ig.Problem(n=1, h=28, w=32, c=64, k=128)  # M = 896: 7 tiles of 128 rows, one of 128 channels
+    x, w = ig.random_inputs(problem, rng, cupy)
+    bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
+    out = ig.conv(step, x, w, bias=bias, alpha=0.75, relu=True, blocks=blocks)
+    ref = ig.reference(x, w, bias=bias, alpha=0.75, relu=True)
     result = ig.compare(out, ref, problem)
     assert result.ok, f"{result} -- {result.detail}"
 

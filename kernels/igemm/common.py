@@ -21,7 +21,7 @@ from ..harness import check, device
 BLOCK_M = BLOCK_N = 128  # the block tile of steps 2-6 (the source's 128x128)
 THREADS = 128  # steps 2-5: 4 warps of 64x64
 WGMMA_THREADS = 256  # step 6: 2 warpgroups of 64x128
-WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups
+WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups (step 11: 128x128)
 WS_THREADS = 384
 WS_REGISTERS = 168  # their setmaxnreg split adds up to 384 threads x 168 registers
 CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
@@ -32,12 +32,12 @@ STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
 WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-10: 128 rows of A and 256 of B, 64 halves each
-TMA_STORE_COLS = 64  # steps 9-10: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
-WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-10: two fp16 boxes, half the output tile per pass
-WGMMA_ALIGN = 1024  # steps 6-10's swizzled tiles start on 1024-byte boundaries
+TMA_STORE_COLS = 64  # steps 9-11: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
+WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-11: two fp16 boxes (step 11: one per consumer warpgroup)
+WGMMA_ALIGN = 1024  # steps 6-11's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
-IM2COL_MAX_STRIDE = 8  # step 10: the TMA engine's traversal stride is at most 8
-IM2COL_CORNER = 128  # step 10: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
+IM2COL_MAX_STRIDE = 8  # steps 10-11: the TMA engine's traversal stride is at most 8
+IM2COL_CORNER = 128  # steps 10-11: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 
 
@@ -57,6 +57,7 @@ class Step:
     wgmma: bool = False  # built for sm_90a (Hopper's wgmma): compute capability 9.0 exactly
     epilogue: bool = False  # takes alpha, bias and ReLU
     specialized: bool = False  # warp-specialized: 128x256 tiles, a grid of `blocks` walking them
+    ping_pong: bool = False  # its two consumer warpgroups take turns, each on a whole 128x128 tile
     x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
     tma_store: bool = False  # writes the output through a staging tile and a TMA descriptor
@@ -69,6 +70,11 @@ class Step:
         return self.stages is not None
 
     @property
+    def block_n(self) -> int:
+        """Output channels per block tile: 256 for steps 7-10, 128 for the others and for ping-pong."""
+        return WS_BLOCK_N if self.specialized and not self.ping_pong else BLOCK_N
+
+    @property
     def depths(self) -> tuple:
         """Every pipeline depth the step takes; (None,) for a step without a pipeline."""
         return tuple(range(self.stages[0], self.stages[1] + 1)) if self.pipelined else (None,)
@@ -79,8 +85,9 @@ class Step:
         return self.source.endswith(".cu")
 
 
-# The one list of steps, in order; everything below asks it. Steps 6-10 keep one wgmma batch in flight:
-# 3 stages at least; 5 of steps 7-10's 48 KB no longer fit. (Step 1's blocks are v1_naive.THREADS wide.)
+# The one list of steps, in order; everything below asks it. Steps 6-11 keep one wgmma batch in flight:
+# 3 stages at least; 5 of steps 7-10's 48 KB no longer fit, 6 of step 11's 32 KB do. (Step 1's blocks
+# are v1_naive.THREADS wide.)
 REGISTRY = (
     Step(1, "igemm/v1_naive.py", "igemm_naive", "naive implicit GEMM", THREADS),
     Step(2, "igemm/v2_wmma.cu", "igemm_v2_wmma", "tensor cores through WMMA", THREADS, needs=("WMMA", 70)),
@@ -193,6 +200,24 @@ REGISTRY = (
         tma_im2col=True,
         max_registers=WS_REGISTERS,
     ),
+    Step(
+        11,
+        "igemm/v11_ping_pong.cu",
+        "igemm_v11_ping_pong",
+        "two consumer warpgroups taking turns on their own tiles (ping-pong)",
+        WS_THREADS,
+        stages=(4, 6),
+        default_stages=5,
+        stage_bytes=WGMMA_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+        specialized=True,
+        tma_filters=True,
+        tma_store=True,
+        tma_im2col=True,
+        ping_pong=True,
+        max_registers=WS_REGISTERS,
+    ),
 )
 _BY_NUMBER = {s.number: s for s in REGISTRY}
 # Views of the registry, for the notebook and the error messages.
@@ -268,7 +293,7 @@ class Problem:
         return -(-m // BLOCK_M), -(-n // BLOCK_N)
 
     def ws_tiles(self) -> int:
-        """Steps 7-10's 128x256 tiles, which their blocks walk through in order."""
+        """Steps 7-10's 128x256 tiles, in the order their blocks walk them (steps 7-11 size their grid by them)."""
         m, n, _ = self.gemm
         return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
 
@@ -389,17 +414,19 @@ def require_tensor_core_shape(problem: Problem) -> None:
 
 def require_im2col_geometry(problem: Problem, step: int) -> None:
     """What the TMA engine's im2col mode can describe: a traversal stride up to 8, and box corners
-    (-pad, and pad - (R - 1) along H, pad - (S - 1) along W) within [-128, 127]."""
+    (-pad, and pad - (R - 1) along H, pad - (S - 1) along W) within [-128, 127]. The remedy named is the
+    last step before ``step`` whose threads gather the input."""
+    gather = max(s.number for s in REGISTRY if s.number < step and s.cuda_cpp and not s.tma_im2col)
     if problem.stride > IM2COL_MAX_STRIDE:
         raise ValueError(
             f"stride {problem.stride}: step {step} gathers the input with the TMA engine, whose im2col "
-            f"stride is at most {IM2COL_MAX_STRIDE}; use step {step - 1}, whose threads gather it"
+            f"stride is at most {IM2COL_MAX_STRIDE}; use step {gather}, whose threads gather it"
         )
     corners = (-problem.pad, problem.pad - (problem.r - 1), problem.pad - (problem.s - 1))
     if not all(-IM2COL_CORNER <= v < IM2COL_CORNER for v in corners):
         raise ValueError(
             f"pad {problem.pad} with a {problem.r}x{problem.s} filter: step {step}'s im2col box corners "
-            f"{corners} must lie in [-{IM2COL_CORNER}, {IM2COL_CORNER - 1}]; use step {step - 1}, whose "
+            f"{corners} must lie in [-{IM2COL_CORNER}, {IM2COL_CORNER - 1}]; use step {gather}, whose "
             f"threads gather it"
         )
 
@@ -456,7 +483,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
 
 def smem_bytes(step: int, stages: int) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
-    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-10 add their staging tile)."""
+    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-11 add their staging tiles)."""
     info = step_info(step)
     if not info.pipelined:
         raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
@@ -467,7 +494,7 @@ def smem_bytes(step: int, stages: int) -> int:
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Steps 6-10's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    """Steps 6-11's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
     (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
     128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
@@ -564,7 +591,7 @@ def launcher(
 ) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
-    ``stages`` (steps 4-10 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-10
+    ``stages`` (steps 4-11 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-11
     only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
     ``problem.ws_tiles()`` gives one block per tile. ``splits`` (step 6 only): how many blocks share
     each tile's K steps (default 1); above 1 a workspace of ``splits`` fp32 copies of the output and
@@ -605,7 +632,7 @@ def launcher(
     pr = problem
     args = (
         input_tensor_map(x, problem) if info.tma_im2col else x,
-        filter_tensor_map(w) if info.tma_filters else w,
+        filter_tensor_map(w, info.block_n) if info.tma_filters else w,
         output_tensor_map(out) if info.tma_store else out,
         i32(pr.n),
         i32(pr.h),
@@ -643,7 +670,7 @@ def launcher(
         if reduce is not None:
             reduce(reduce_grid, (SPLIT_REDUCE_THREADS,), reduce_args)
 
-    # Steps 8-10's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
+    # Steps 8-11's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
     # itself, or a temporary could be freed, and its memory reused, while the TMA engine uses it.
     launch.x, launch.w, launch.out = x, w, out
     return launch
@@ -716,10 +743,10 @@ def _tensor_map(a, rows: int, cols: int, box: tuple[int, int]):
     )
 
 
-def filter_tensor_map(w):
-    """Steps 8-10's TMA descriptor of the KRSC filters seen as a (K, RSC) matrix: boxes of 256 rows x
-    64 taps, the tile a K step multiplies."""
-    return _tensor_map(w, w.shape[0], w.size // w.shape[0], (WS_BLOCK_N, 64))
+def filter_tensor_map(w, rows: int = WS_BLOCK_N):
+    """Steps 8-11's TMA descriptor of the KRSC filters seen as a (K, RSC) matrix: boxes of ``rows`` rows
+    (the step's block_n) x 64 taps, the tile a K step multiplies."""
+    return _tensor_map(w, w.shape[0], w.size // w.shape[0], (rows, 64))
 
 
 def input_tensor_map(x, problem: Problem):
@@ -747,7 +774,7 @@ def input_tensor_map(x, problem: Problem):
 
 
 def output_tensor_map(y):
-    """Steps 9-10's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
+    """Steps 9-11's TMA descriptor of the NPQK output seen as an (M, K) matrix: boxes of 128 rows x 64
     channels, a quarter of a 128x256 tile's staged output."""
     return _tensor_map(y, y.size // y.shape[-1], y.shape[-1], (BLOCK_M, TMA_STORE_COLS))
 
@@ -875,7 +902,7 @@ def tile_model(
     ``head``: what a tile costs besides its K steps, in K steps (stored_heads)."""
     info = step_info(step)
     m, n, kd = problem.gemm
-    tile = (BLOCK_M, WS_BLOCK_N if info.specialized else BLOCK_N)
+    tile = (BLOCK_M, info.block_n)
     k_step = 64 if info.wgmma else 32
     k_tiles = problem.r * problem.s * -(-problem.c // k_step) if info.tma_im2col else -(-kd // k_step)
     if splits > 1:

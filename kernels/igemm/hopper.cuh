@@ -1,11 +1,11 @@
-// The Hopper (sm_90a) PTX wrappers that steps 6-10 share: the swizzled tile layout, wgmma's descriptor
+// The Hopper (sm_90a) PTX wrappers that steps 6-11 share: the swizzled tile layout, wgmma's descriptor
 // and fences, and the mbarriers of the producer/consumer ring. A helper only one step uses stays in
-// that step's file (step 6's m64n128k16 wgmma, step 10's im2col load), where its diff shows it.
+// that step's file, where its diff shows it.
 #pragma once
 #include "igemm_common.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// ---- Steps 6-10: wgmma from swizzled shared-memory tiles ---------------------------------------------
+// ---- Steps 6-11: wgmma from swizzled shared-memory tiles ---------------------------------------------
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of row `row` in a tile of 128-byte rows, 128-byte swizzle:
 // the chunk index is XORed with row % 8, so 8 rows' chunk j land in 8 different 16-byte bank groups.
@@ -40,7 +40,27 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int pending>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory"); }
 
-// ---- Steps 7-10: the producer/consumer ring of mbarriers, 64x256 wgmma -------------------------------
+// ---- Steps 6 and 11: 64x128 wgmma ---------------------------------------------------------------------
+
+// D (64x128, fp32, this warpgroup) += A (64x16, fp16, K-major in shared) * B (16x128, fp16, K-major in shared).
+__device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+                   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+                   "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+                   "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+                   "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+// ---- Steps 7-11: the producer/consumer ring of mbarriers; steps 7-10's 64x256 wgmma ------------------
 
 // The mbarrier at `bar` counts one arrival of this thread once all its earlier cp.async have landed.
 __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
@@ -98,7 +118,7 @@ __device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], unsigned long l
                  : "l"(desc_a), "l"(desc_b));
 }
 
-// ---- Steps 8-10: the filter tile through the TMA engine ----------------------------------------------
+// ---- Steps 8-11: the filter tile through the TMA engine ----------------------------------------------
 
 // One arrival that also announces `bytes` more to come from the TMA engine: the phase completes when
 // every arrival is in and those bytes have landed.
@@ -114,7 +134,7 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int k
                  :: "r"(dst), "l"(map), "r"(k), "r"(n), "r"(bar) : "memory");
 }
 
-// ---- Steps 9-10: the output tile through a staging tile and TMA stores ----------------------------
+// ---- Steps 9-11: the output tile through a staging tile and TMA stores ----------------------------
 
 // TMA: the box of the 2D tensor map `map` whose corner is element (k, m) <- shared memory at `src`,
 // read in the map's swizzle; the engine skips elements past the tensor's edges. Completion is tracked
@@ -134,4 +154,17 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // Barrier 1 among the 256 consumer threads only (barrier 0 is __syncthreads, which the producer,
 // gone after its last copy, would never reach).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// ---- Steps 10-11: the input tile through the TMA engine's im2col mode -------------------------------
+
+// TMA, im2col mode: 128 output pixels x 64 channels of the 4D NHWC tensor map `map` -> shared memory at
+// `dst`. (n, h, w) is the input pixel under the filter's corner for the first output pixel, c the first
+// channel, (r, s) the tap; the engine steps along W, then H, then N by the map's traversal stride,
+// within the box the map's corners give, and reads zeros outside the tensor. Bytes count on `bar`.
+__device__ __forceinline__ void tma_load_im2col(unsigned dst, const void* map, int c, int w, int h, int n,
+                                                unsigned short r, unsigned short s, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
+                 :: "r"(dst), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(s), "h"(r) : "memory");
+}
 #endif

@@ -28,6 +28,8 @@ ODD_RUNS = (
     (9, {"stages": 4, "blocks": 1}),
     (10, {"stages": 3}),
     (10, {"stages": 4, "blocks": 1}),
+    (11, {"stages": 4}),
+    (11, {"stages": 6, "blocks": 1}),
 )
 
 

@@ -36,17 +36,6 @@ constexpr int J_PER_PASS = BN / 8 / PASSES;     // accumulator column groups of 
 constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// TMA, im2col mode: 128 output pixels x 64 channels of the 4D NHWC tensor map `map` -> shared memory at
-// `dst`. (n, h, w) is the input pixel under the filter's corner for the first output pixel, c the first
-// channel, (r, s) the tap; the engine steps along W, then H, then N by the map's traversal stride,
-// within the box the map's corners give, and reads zeros outside the tensor. Bytes count on `bar`.
-__device__ __forceinline__ void tma_load_im2col(unsigned dst, const void* map, int c, int w, int h, int n,
-                                                unsigned short r, unsigned short s, unsigned bar) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
-                 :: "r"(dst), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(s), "h"(r) : "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 igemm_v10_tma_im2col(const void* __restrict__ x_map, const void* __restrict__ w_map, const void* __restrict__ y_map,
                      int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
