@@ -75,8 +75,9 @@ def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
     x, w = ig.random_inputs(problem, rng or np.random.default_rng(6), xp)
     ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
     rows = []
+    depth = {step: ig.best_step(problem, steps=(step,)).stages for step in ig.SPLIT_K}
     for step, splits in ((step, splits) for step in ig.SPLIT_K for splits in SWEEP_SPLITS):
-        stages = ig.best_step(problem, steps=(step,)).stages
+        stages = depth[step]
         kernel = ig.stored_name(step, stages, splits)
         out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
         launch = step_launch(step, stages, x, w, out, problem, splits)
