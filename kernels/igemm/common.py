@@ -21,7 +21,7 @@ from ..harness import check, device
 BLOCK_M = BLOCK_N = 128  # the block tile of steps 2-6 (the source's 128x128)
 THREADS = 128  # steps 2-5: 4 warps of 64x64
 WGMMA_THREADS = 256  # step 6: 2 warpgroups of 64x128
-WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups (step 11: 128x128)
+WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups (steps 11-12: 128x128)
 WS_THREADS = 384
 WS_REGISTERS = 168  # their setmaxnreg split adds up to 384 threads x 168 registers
 CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
@@ -32,12 +32,12 @@ STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
 WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-10: 128 rows of A and 256 of B, 64 halves each
-TMA_STORE_COLS = 64  # steps 9-11: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
-WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-11: two fp16 boxes (step 11: one per consumer warpgroup)
-WGMMA_ALIGN = 1024  # steps 6-11's swizzled tiles start on 1024-byte boundaries
+TMA_STORE_COLS = 64  # steps 9-12: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
+WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-12: two fp16 boxes (11-12: one per consumer)
+WGMMA_ALIGN = 1024  # steps 6-12's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
-IM2COL_MAX_STRIDE = 8  # steps 10-11: the TMA engine's traversal stride is at most 8
-IM2COL_CORNER = 128  # steps 10-11: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
+IM2COL_MAX_STRIDE = 8  # steps 10-12: the TMA engine's traversal stride is at most 8
+IM2COL_CORNER = 128  # steps 10-12: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 FIXUP_TILE = BLOCK_M * BLOCK_N  # step 12: fp32 partials per unit (a 128x128 tile)
 
@@ -64,7 +64,7 @@ class Step:
     tma_store: bool = False  # writes the output through a staging tile and a TMA descriptor
     tma_im2col: bool = False  # reads the input through an im2col TMA descriptor, K steps tap by tap
     split_k: bool = False  # can split each tile's K steps over blocks (``splits``), adding fp32 partials
-    fixup: bool = False  # the tile's last split adds the partials itself; else a second kernel, igemm_split_reduce
+    fixup: bool = False  # a tile's splits add the partials themselves, each its share; else igemm_split_reduce
     max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
     @property
@@ -87,7 +87,7 @@ class Step:
         return self.source.endswith(".cu")
 
 
-# The one list of steps, in order; everything below asks it. Steps 6-11 keep one wgmma batch in flight:
+# The one list of steps, in order; everything below asks it. Steps 6-12 keep one wgmma batch in flight:
 # 3 stages at least; 5 of steps 7-10's 48 KB no longer fit, 6 of step 11's 32 KB do. (Step 1's blocks
 # are v1_naive.THREADS wide.)
 REGISTRY = (
@@ -509,7 +509,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
 
 def smem_bytes(step: int, stages: int) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
-    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-11 add their staging tiles)."""
+    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-12 add their staging tiles)."""
     info = step_info(step)
     if not info.pipelined:
         raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
@@ -520,7 +520,7 @@ def smem_bytes(step: int, stages: int) -> int:
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Steps 6-11's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    """Steps 6-12's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
     (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
     128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
@@ -1089,8 +1089,8 @@ def best_step(
     stored_rates), and given rates come with the heads they were calibrated with (default none). Only
     variants with a rate compete, and only those of ``steps`` where given. Without any (no stored run),
     the fallback: the variant with the fewest waves x tiles sharing an SM x tile work, ties to the later
-    step at its default depth. Shapes no
-    tensor-core step takes (C or K not a multiple of 8, over 2^31 elements) raise the steps' own errors."""
+    step at its default depth. Shapes no tensor-core step takes (C or K not a multiple of 8, over 2^31
+    elements) raise the steps' own errors."""
     require_problem(problem)
     props = props or device.target_properties()
     eligible = [v for v in variants(problem, props) if steps is None or v[0] in steps]
