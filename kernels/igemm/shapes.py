@@ -42,16 +42,8 @@ SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 9, 12, 15, 18, 24, 36)  # each leaves every sp
 
 
 def kernels() -> tuple[str, ...]:
-    """Every kernel name this table's rows may carry: each step at each depth, and a fixup step's splits."""
+    """Every kernel name this table's rows may carry (a split is timed only as best_step's choice)."""
     names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in info.depths}
-    most = max(ig.k_steps(p, info.number) for p in SHAPES.values() for info in ig.REGISTRY if info.fixup)
-    names |= {
-        ig.stored_name(info.number, d, s)
-        for info in ig.REGISTRY
-        if info.fixup
-        for d in info.depths
-        for s in range(2, most // 2 + 1)
-    }
     return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
 
 
@@ -158,11 +150,10 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
             for step, stages in ig.variants(problem)
         ]
         choice = ig.best_step(problem)
-        # Split K: best_step's choice, and each fixup step's own best split, timed as rows of their own.
-        fixups = tuple(s.number for s in ig.REGISTRY if s.fixup)
-        split = {c.name: c for c in (choice, ig.best_step(problem, steps=fixups)) if c.splits > 1}
-        for c in split.values():
-            makers.append((c.name, lambda p, x, w, out, c=c: step_launch(c.step, c.stages, x, w, out, p, c.splits)))
+        if choice.splits > 1:  # split K: timed as best_step's own row, not as a variant of the table
+            makers.append(
+                (choice.name, lambda p, x, w, out, c=choice: step_launch(c.step, c.stages, x, w, out, p, c.splits))
+            )
         for kernel, make in [*makers, *baselines.items()]:
             out = xp.empty(problem.y_shape, dtype=np.float16)
             try:
@@ -232,9 +223,8 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
             for k, v in at.items()
             if k[1] == name and k[2] == "ms" and k[0][len(PREFIX) :] not in ("best_step", *BASELINES)
         }
-        unsplit = min((k for k in steps if "_split" not in k), key=steps.get)
-        split = min(steps, key=steps.get)  # the fixup step's own split, where it has one
-        fastest = chosen_name if chosen < steps[split] else split  # best_step's split is timed as the choice
+        unsplit = min(steps, key=steps.get)  # every variant of the table runs without a split
+        fastest = chosen_name if chosen < steps[unsplit] else unsplit  # split K is timed only as the choice
         base = min(cudnn, key=cudnn.get)
         ratio = cudnn[base] / chosen
         m, n, kd = problem.gemm
