@@ -338,7 +338,7 @@ FIXED = [
         TypeError,
         "problem: expected a Problem",
     ),
-    ("igemm.unsupported: step 12", lambda: ig.unsupported(12, H100), ValueError, "step must be one of"),
+    ("igemm.unsupported: step 13", lambda: ig.unsupported(13, H100), ValueError, "step must be one of"),
     ("igemm.fit_head_tail: one K", lambda: ig.fit_head_tail([64], [1.0]), ValueError, "two or more different K"),
     ("igemm.k_half: flat fit", lambda: ig.k_half(1.0, 0.0), ValueError, "per_k_ms .* finite positive"),
     (
@@ -674,10 +674,10 @@ def test_modules_run_without_a_gpu_exit_nonzero_with_one_line(module):
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: ig_memcheck.main([12]), r"steps must be among \[1, 2"),
+        (lambda: ig_memcheck.main([13]), r"steps must be among \[1, 2"),
         (lambda: bench.main(["V99"]), "unknown SSIM version"),
     ],
-    ids=["igemm.memcheck: step 12", "ssim.bench: unknown version"],
+    ids=["igemm.memcheck: step 13", "ssim.bench: unknown version"],
 )
 def test_entry_points_refuse_unknown_arguments_first(call, match):
     with pytest.raises(ValueError, match=match):

@@ -178,7 +178,7 @@ def test_the_views_are_the_registry():
         assert ig.threads(s.number) == s.threads and ig.default_stages(s.number) == s.default_stages
 
 
-@pytest.mark.parametrize("bad", [12, 0, -1, True, 2.0, "2", None])
+@pytest.mark.parametrize("bad", [13, 0, -1, True, 2.0, "2", None])
 def test_an_unknown_step_names_the_choices(bad):
     choices = re.escape(str(sorted(ig.STEPS)))
     with pytest.raises(ValueError, match=rf"^step must be one of {choices}, got {re.escape(repr(bad))}$"):
@@ -190,7 +190,7 @@ def test_an_unknown_step_names_the_choices(bad):
 def test_only_pipelined_steps_have_dynamic_shared_memory():
     for step in sorted(set(ig.STEPS) - set(ig.PIPELINED)):
         with pytest.raises(
-            ValueError, match=rf"only steps \(4, 5, 6, 7, 8, 9, 10, 11\) have dynamic shared memory; step {step}"
+            ValueError, match=rf"only steps \(4, 5, 6, 7, 8, 9, 10, 11, 12\) have dynamic shared memory; step {step}"
         ):
             ig.smem_bytes(step, 3)
 
@@ -314,7 +314,7 @@ def test_bad_geometry_and_arguments():
     with pytest.raises(ValueError, match="pad"):
         ig.validate(1, x, w, pad=-1)
     with pytest.raises(ValueError, match="step must be one of"):
-        ig.validate(12, x, w)
+        ig.validate(13, x, w)
     with pytest.raises(ValueError, match="expected shape"):
         ig.validate(1, x, w, zeros((1, 2, 3, 4), np.float16))
     with pytest.raises(ValueError, match="fused in steps"):
@@ -420,18 +420,19 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, x_bypass_l1=True)
     with pytest.raises(ValueError, match="stages of step 7 must be an integer from 3 to 4"):
         ig.launcher(7, x, w, out, stages=5)
-    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9, 10, 11\) only"):
+    with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9, 10, 11, 12\) only"):
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
         ig.launcher(7, x, w, out, blocks=2)
     for step in (1, 2, 3):  # no pipeline: a stage count would be silently ignored
         with pytest.raises(
-            ValueError, match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9, 10, 11\) only; step {step}"
+            ValueError,
+            match=rf"stages sets the pipeline depth of steps \(4, 5, 6, 7, 8, 9, 10, 11, 12\) only; step {step}",
         ):
             ig.launcher(step, x, w, out, stages=3)
 
 
-@pytest.mark.parametrize("step, gather", [(10, 9), (11, 9)])
+@pytest.mark.parametrize("step, gather", [(10, 9), (11, 9), (12, 9)])
 def test_the_im2col_steps_name_what_their_descriptor_cannot_describe(step, gather):
     """The TMA engine's im2col mode strides by at most 8 and keeps its box corners in [-128, 127]; the
     last step whose threads gather the input takes both, and the message names it."""
@@ -464,13 +465,32 @@ def test_the_im2col_step_counts_its_k_steps_tap_by_tap():
 def test_split_k_is_checked():
     x, w = _inputs()
     out = zeros(ig.CI_PROBLEM.y_shape, np.float16)
-    for step in (5, 7, 8):
-        with pytest.raises(ValueError, match=r"splits divides K over the blocks of steps \(6,\) only"):
+    for step in (5, 7, 8, 11):
+        with pytest.raises(ValueError, match=r"splits divides K over the blocks of steps \(6, 12\) only"):
             ig.launcher(step, x, w, out, splits=2)
     steps = ig.k_steps(ig.CI_PROBLEM)  # 16 channels x 9 taps: 3 K steps of 64
     for bad in (0, steps + 1, 1.5, True, "2"):
         with pytest.raises(ValueError, match=rf"splits must be an integer from 1 to the problem's {steps} K steps"):
             ig.launcher(6, x, w, out, splits=bad)
+    taps = ig.k_steps(ig.CI_PROBLEM, 12)  # step 12 counts tap by tap: 9 taps of 16 channels, 9 K steps
+    assert taps == 9
+    for bad in (0, taps + 1):
+        with pytest.raises(ValueError, match=rf"splits must be an integer from 1 to the problem's {taps} K steps"):
+            ig.launcher(12, x, w, out, splits=bad)
+
+
+def test_the_fixup_step_refuses_a_grid_its_splits_could_wait_on_forever():
+    """Step 12's splits of a tile wait for each other: fewer blocks than splits, or more than the SMs
+    (not all resident at once), could hang; the launcher says so before anything runs."""
+    x, w = _inputs()
+    out = zeros(ig.CI_PROBLEM.y_shape, np.float16)
+    sms = device.target_properties()["sms"]
+    for blocks in (1, 2):
+        waits = rf"step 12's 3 splits of a tile wait for each other.*from 3 to the {sms} SMs"
+        with pytest.raises(ValueError, match=waits):
+            ig.launcher(12, x, w, out, splits=3, blocks=blocks)
+    with pytest.raises(ValueError, match=r"from 1 to the 3 units of 3 splits per tile, got 4"):
+        ig.launcher(12, x, w, out, splits=3, blocks=4)
 
 
 @pytest.mark.parametrize("steps", [1, 2, 7, 36, 72])
@@ -508,21 +528,22 @@ def test_the_h100_runs_every_step_at_every_depth():
 @pytest.mark.parametrize("props", [A100, RTX_4090], ids=["A100", "RTX 4090"])
 def test_ampere_and_ada_leave_out_the_wgmma_steps(props):
     why = _left_out(props)
-    assert sorted(why) == [6, 7, 8, 9, 10, 11]
+    assert sorted(why) == [6, 7, 8, 9, 10, 11, 12]
     cc = f"{props['cc'][0]}.{props['cc'][1]}"
     assert all("wgmma" in w and "sm_90a" in w and f"this GPU is {cc}" in w for w in why.values())
     assert ig.unsupported(5, props, 5) is None  # 83,200 B fit in 99 KB
 
 
 def test_a_newer_gpu_leaves_out_the_wgmma_steps_too():
-    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-11."""
+    """wgmma exists only in sm_90a: a Blackwell GPU (compute capability 10.0) cannot run steps 6-12."""
     why = _left_out({**H100, "name": "NVIDIA B200", "cc": "100"})
-    assert sorted(why) == [6, 7, 8, 9, 10, 11] and all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
+    assert sorted(why) == [6, 7, 8, 9, 10, 11, 12]
+    assert all("sm_90a" in w and "this GPU is 10.0" in w for w in why.values())
 
 
 def test_the_t4_runs_steps_1_and_2_only():
     why = _left_out(T4)
-    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert sorted(why) == [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     assert "mma.sync.m16n8k16" in why[3] and "sm_80" in why[3] and "this GPU is 7.5" in why[3]
     assert "cp.async" in why[4] and "cp.async" in why[5] and "sm_80" in why[5]
     assert "wgmma" in why[6]
@@ -631,15 +652,19 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
         # 4 k16 slices of 64x256, or (ping-pong) of two 64x128 halves of a warpgroup's own tile; dec and inc
         assert ops["HGMMA"] == (8 if info.ping_pong else 4) and ops["USETMAXREG"] == 2
         # One barrier after the mbarrier set-up; steps 9-10 add the consumers' two per pass of the epilogue;
-        # step 11 its warpgroup's own two per pass, and the turns (a wait and an arrival on each of two).
-        assert ops.get("BAR", 0) == (9 if info.ping_pong else 5 if info.tma_store else 1)
+        # step 11 its warpgroup's own two per pass, and the turns (a wait and an arrival on each of two);
+        # step 12 two more around counting its split in.
+        assert ops.get("BAR", 0) == (11 if info.fixup else 9 if info.ping_pong else 5 if info.tma_store else 1)
         # Steps 8-9: the filters come by TMA (UTMALDG); steps 10-11: the input too, and no cp.async is left.
         assert ops.get("LDGSTS", 0) == (0 if info.tma_im2col else 8 if info.tma_filters else 24)
         assert ops.get("UTMALDG", 0) == info.tma_filters + info.tma_im2col
         # Steps 9-10: the four boxes of the staged output tile by TMA (UTMASTG), step 11 the two of a
         # warpgroup's 128x128 tile; no plain global store.
         assert ops.get("UTMASTG", 0) == (2 if info.ping_pong else 4 if info.tma_store else 0)
-        assert (ops.get("STG", 0) == 0) == info.tma_store
+        # Step 12 also stores its fp32 partials, and the shares of a split tile, with plain stores, and
+        # counts each split in and out with one atomic each.
+        assert (ops.get("STG", 0) == 0) == (info.tma_store and not info.fixup)
+        assert ops.get("ATOMG", 0) == (2 if info.fixup else 0)
 
 
 @pytest.mark.parametrize("step", ig.WGMMA)
@@ -861,20 +886,32 @@ SPLIT_PROBLEMS = [*ig.ODD_PROBLEMS, ig.Problem(n=1, h=14, w=14, c=512, k=512)]  
 @pytest.mark.gpu
 @pytest.mark.parametrize("splits", [2, 3, 5, "all"])
 @pytest.mark.parametrize("problem", SPLIT_PROBLEMS, ids=lambda p: p.label())
-def test_split_k(problem, splits, rng):
-    """Step 6 with its K steps shared by several blocks, the partials added by the second kernel, with the
-    epilogue, into a poisoned output (conv poisons it): every split count, the last split short or not."""
+@pytest.mark.parametrize("step", ig.SPLIT_K)
+def test_split_k(step, problem, splits, rng):
+    """Each split-K step with its K steps shared by several blocks, the partials added by the second
+    kernel or (fixup) by the tile's splits themselves, with the epilogue, into a poisoned output: every
+    split count, the last split short or not. The fixup's launcher runs three times, its output poisoned
+    before each (every launch must leave the tiles' counters ready for the next), then on as many blocks as
+    splits."""
     import cupy
 
-    if why := ig.unsupported(6, device.properties()):
+    if why := ig.unsupported(step, device.properties()):
         pytest.skip(why)
-    splits = ig.k_steps(problem) if splits == "all" else min(splits, ig.k_steps(problem))
+    steps = ig.k_steps(problem, step)
+    splits = steps if splits == "all" else min(splits, steps)
     x, w = ig.random_inputs(problem, rng, cupy)
     bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
-    out = ig.conv(6, x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True, splits=splits)
     ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
-    result = ig.compare(out, ref, problem)
-    assert result.ok, f"{result} -- {result.detail}"
+    out = cupy.empty(problem.y_shape, dtype=np.float16)
+    kwargs = dict(pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True, splits=splits)
+    launches = [ig.launcher(step, x, w, out, **kwargs)]
+    if ig.step_info(step).fixup:  # again, and on the fewest blocks allowed: each walks many units in turns
+        launches += [launches[0], launches[0], ig.launcher(step, x, w, out, blocks=splits, **kwargs)]
+    for launch in launches:
+        check.poison(out)
+        launch()
+        result = ig.compare(out, ref, problem)
+        assert result.ok, f"{result} -- {result.detail}"
 
 
 @pytest.mark.gpu

@@ -29,10 +29,16 @@ def test_best_step_picks_the_cheapest_calibrated_variant(problem):
     for v, r in rates.items():
         if v not in ig.variants(problem, H100):
             continue
-        for s in range(1, ig.k_steps(problem) // 2 + 1) if v[0] in ig.SPLIT_K else (1,):
-            reduce_ms = ig.split_reduce_ms(problem, s) if s > 1 else 0.0
-            cost = ig._cost(*v, problem, H100, s, heads.get(v[0], 1.0))
-            estimates[(*v, s)] = ig.launch_ms() + cost / r + reduce_ms
+        fixup = ig.step_info(v[0]).fixup
+        for s in range(1, ig.k_steps(problem, v[0]) // 2 + 1) if v[0] in ig.SPLIT_K else (1,):
+            head = heads.get(v[0], 1.0) + (ig.FIXUP_HEAD if fixup and s > 1 else 0.0)
+            if s == 1:
+                partials_ms = 0.0
+            elif fixup:  # the splits add their partials in the kernel: no second launch
+                partials_ms = ig.fixup_ms(problem, s, H100, v[0])
+            else:
+                partials_ms = ig.split_reduce_ms(problem, s)
+            estimates[(*v, s)] = ig.launch_ms() + ig._cost(*v, problem, H100, s, head) / r + partials_ms
     assert choice.estimate_ms == pytest.approx(min(estimates.values()))
     assert (choice.step, choice.stages, choice.splits) in estimates
     info = ig.step_info(choice.step)
@@ -55,6 +61,37 @@ def test_split_k_only_where_the_tiles_leave_sms_idle():
     vgg5 = ig.best_step(shapes.SHAPES["vgg conv5 N1 14x14 512-512"], H100)
     assert vgg5.splits > 1 and vgg5.tiles <= H100["sms"]
     assert ig.split_reduce_ms(ig.PROBLEM, 4) > ig.split_reduce_ms(ig.PROBLEM, 2) > 0
+
+
+def test_the_fixup_is_charged_its_bytes_its_round_trips_and_dram_once_the_workspace_outgrows_the_l2():
+    """Step 12's splits write and read back one fp32 tile each (2 x 64 KB, 4 K steps of 32 KB), wait
+    through FIXUP_ROUND_TRIPS DRAM latencies, and go through DRAM once the workspace outgrows half the L2."""
+    from kernels.harness import quantities
+
+    step = next(s.number for s in ig.REGISTRY if s.fixup)
+    assert ig.FIXUP_HEAD == 2 * 4 * 128 * 128 / ig.WGMMA_STAGE_BYTES == 4
+    latency = ig.FIXUP_ROUND_TRIPS * quantities.dram_latency_ns()[0] / 1e6
+    small = shapes.SHAPES["vgg conv5 N1 14x14 512-512"]  # 8 tiles: 8 x 8 x 64 KB = 4 MB at 8 splits
+    assert ig.fixup_ms(small, 8, H100, step) == pytest.approx(latency)
+    big = ig.PROBLEM  # 1568 tiles: 196 MB at 2 splits, through DRAM twice
+    workspace = 4 * ig.FIXUP_TILE * ig.PROBLEM.tiles() * 2
+    assert workspace > H100["l2_bytes"] // 2
+    dram = 2 * workspace / quantities.copy_gbps()[0] / 1e6
+    assert ig.fixup_ms(big, 2, H100, step) == pytest.approx(latency + dram)
+    rate = ig.stored_rates(H100).get((11, 5), 1.0)
+    split = ig.estimate_ms(step, 5, small, H100, rate, 8)
+    head = ig._cost(step, 5, small, H100, 8, 1.0 + ig.FIXUP_HEAD) / rate
+    assert split == pytest.approx(ig.launch_ms() + head + latency)  # one launch: no second kernel
+
+
+def test_a_ping_pong_block_holds_two_tiles():
+    """Steps 11 and 12 keep one block per SM, whose two consumers each work on a tile: two slots per SM."""
+    for info in ig.REGISTRY:
+        if info.ping_pong:
+            assert ig.tile_model(info.number, info.default_stages, ig.PROBLEM, H100)[2] == 2, info.number
+    seven = ig.Problem(n=1, h=28, w=32, c=64, k=128)  # 7 tiles: one wave, one tile per SM
+    step = next(s.number for s in ig.REGISTRY if s.ping_pong)
+    assert ig._cost(step, 5, seven, H100) == ig.tile_model(step, 5, seven, H100)[4]
 
 
 def test_best_step_on_the_source_problem_is_the_stored_fastest():
@@ -295,14 +332,19 @@ def test_a_choice_passes_its_parameters_to_the_launcher():
 
 
 def test_split_sweep_checks_every_split_and_names_its_rows(capsys):
-    step_launch, _ = _fake(wrong={(6, ig.best_step(shapes.SHAPES[shapes.SWEEP_SHAPE]).stages, 4)})
+    step_launch, _ = _fake(wrong={(6, ig.best_step(shapes.SHAPES[shapes.SWEEP_SHAPE], steps=(6,)).stages, 4)})
     rows = shapes.split_sweep(timer=lambda launch: launch.ms, step_launch=step_launch)
     assert "FAIL" in capsys.readouterr().out, "a wrong split is printed"
-    assert len(rows) == len(shapes.SWEEP_SPLITS) - 1 and {r["problem"] for r in rows} == {shapes.SWEEP_SHAPE}
+    every = len(ig.SPLIT_K) * len(shapes.SWEEP_SPLITS)  # each split step at each split, but the wrong one
+    assert len(rows) == every - 1 and {r["problem"] for r in rows} == {shapes.SWEEP_SHAPE}
     assert {r["kernel"] for r in rows} <= set(shapes.sweep_kernels())
-    assert not any(r["kernel"].endswith("_split4") for r in rows)
+    assert [r["kernel"] for r in rows if r["kernel"].endswith("_split4")] == [
+        shapes.PREFIX + ig.stored_name(step, ig.best_step(shapes.SHAPES[shapes.SWEEP_SHAPE], steps=(step,)).stages, 4)
+        for step in ig.SPLIT_K[1:]
+    ]
     problem = shapes.SHAPES[shapes.SWEEP_SHAPE]
-    assert all(ig.split_plan(problem, s)[1] == s for s in shapes.SWEEP_SPLITS), "every count is one split_plan keeps"
+    for step in ig.SPLIT_K:
+        assert all(ig.split_plan(problem, s, step)[1] == s for s in shapes.SWEEP_SPLITS), "split_plan keeps each count"
 
 
 def _sweep_rows(us: dict, stages: int = 4) -> list[dict]:

@@ -142,10 +142,23 @@ def replace_file(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+_READ: dict[str, tuple] = {}  # path: (the stat of the bytes parsed, their rows)
+
+
 def read(path: Path) -> list[dict]:
     """The rows of one results CSV; ValueError naming the file, line and field of what is wrong: a header
     other than COLUMNS, a row of another number of fields, a value that is not a finite number, a last
-    line without its newline (a writer killed mid-row)."""
+    line without its newline (a writer killed mid-row). A file read before and not replaced or changed
+    since is not parsed again (the model behind best_step reads the same stored quantities many times);
+    the caller gets its own copies of the rows."""
+    st = Path(path).stat()
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if _READ.get(str(path), (None,))[0] != stamp:
+        _READ[str(path)] = (stamp, _parse(Path(path)))
+    return [dict(r) for r in _READ[str(path)][1]]
+
+
+def _parse(path: Path) -> list[dict]:
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")

@@ -21,7 +21,7 @@ from ..harness import check, device
 BLOCK_M = BLOCK_N = 128  # the block tile of steps 2-6 (the source's 128x128)
 THREADS = 128  # steps 2-5: 4 warps of 64x64
 WGMMA_THREADS = 256  # step 6: 2 warpgroups of 64x128
-WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups (step 11: 128x128)
+WS_BLOCK_N = 256  # steps 7-10: 128x256 tiles, one copying and two multiplying warpgroups (steps 11-12: 128x128)
 WS_THREADS = 384
 WS_REGISTERS = 168  # their setmaxnreg split adds up to 384 threads x 168 registers
 CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
@@ -32,13 +32,14 @@ STAGE_BYTES = 2 * TILE_BYTES  # one A tile and one B tile
 EPILOGUE_BYTES = BLOCK_M * (BLOCK_N + 8) * 2  # steps 5-6 re-tile the fp16 output with 8 halves of padding per row
 WGMMA_STAGE_BYTES = 2 * BLOCK_M * 64 * 2  # step 6: A and B tiles of 128 rows x 64 halves, swizzled
 WS_STAGE_BYTES = (BLOCK_M + WS_BLOCK_N) * 64 * 2  # steps 7-10: 128 rows of A and 256 of B, 64 halves each
-TMA_STORE_COLS = 64  # steps 9-11: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
-WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-11: two fp16 boxes (step 11: one per consumer warpgroup)
-WGMMA_ALIGN = 1024  # steps 6-11's swizzled tiles start on 1024-byte boundaries
+TMA_STORE_COLS = 64  # steps 9-12: output channels per TMA store box (128-byte rows, the 128-byte swizzle)
+WS_STAGING_BYTES = 2 * BLOCK_M * TMA_STORE_COLS * 2  # steps 9-12: two fp16 boxes (11-12: one per consumer)
+WGMMA_ALIGN = 1024  # steps 6-12's swizzled tiles start on 1024-byte boundaries
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
-IM2COL_MAX_STRIDE = 8  # steps 10-11: the TMA engine's traversal stride is at most 8
-IM2COL_CORNER = 128  # steps 10-11: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
+IM2COL_MAX_STRIDE = 8  # steps 10-12: the TMA engine's traversal stride is at most 8
+IM2COL_CORNER = 128  # steps 10-12: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
+FIXUP_TILE = BLOCK_M * BLOCK_N  # step 12: fp32 partials per unit (a 128x128 tile)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class Step:
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
     tma_store: bool = False  # writes the output through a staging tile and a TMA descriptor
     tma_im2col: bool = False  # reads the input through an im2col TMA descriptor, K steps tap by tap
-    split_k: bool = False  # can split K over gridDim.z, with igemm_split_reduce adding the fp32 partials
+    split_k: bool = False  # can split each tile's K steps over blocks (``splits``), adding fp32 partials
+    fixup: bool = False  # a tile's splits add the partials themselves, each its share; else igemm_split_reduce
     max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
     @property
@@ -85,7 +87,7 @@ class Step:
         return self.source.endswith(".cu")
 
 
-# The one list of steps, in order; everything below asks it. Steps 6-11 keep one wgmma batch in flight:
+# The one list of steps, in order; everything below asks it. Steps 6-12 keep one wgmma batch in flight:
 # 3 stages at least; 5 of steps 7-10's 48 KB no longer fit, 6 of step 11's 32 KB do. (Step 1's blocks
 # are v1_naive.THREADS wide.)
 REGISTRY = (
@@ -218,6 +220,26 @@ REGISTRY = (
         ping_pong=True,
         max_registers=WS_REGISTERS,
     ),
+    Step(
+        12,
+        "igemm/v12_split_fixup.cu",
+        "igemm_v12_split_fixup",
+        "split K inside the persistent grid, the last split of each tile adding the partials",
+        WS_THREADS,
+        stages=(4, 6),
+        default_stages=5,
+        stage_bytes=WGMMA_STAGE_BYTES,
+        wgmma=True,
+        epilogue=True,
+        specialized=True,
+        tma_filters=True,
+        tma_store=True,
+        tma_im2col=True,
+        ping_pong=True,
+        split_k=True,
+        fixup=True,
+        max_registers=WS_REGISTERS,
+    ),
 )
 _BY_NUMBER = {s.number: s for s in REGISTRY}
 # Views of the registry, for the notebook and the error messages.
@@ -293,9 +315,13 @@ class Problem:
         return -(-m // BLOCK_M), -(-n // BLOCK_N)
 
     def ws_tiles(self) -> int:
-        """Steps 7-10's 128x256 tiles, in the order their blocks walk them (steps 7-11 size their grid by them)."""
+        """Steps 7-10's 128x256 tiles, in the order their blocks walk them."""
+        return self.tiles(WS_BLOCK_N)
+
+    def tiles(self, block_n: int = BLOCK_N) -> int:
+        """Output tiles of 128 rows by ``block_n`` columns."""
         m, n, _ = self.gemm
-        return -(-m // BLOCK_M) * -(-n // WS_BLOCK_N)
+        return -(-m // BLOCK_M) * -(-n // block_n)
 
     def label(self) -> str:
         return (
@@ -483,7 +509,7 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
 
 def smem_bytes(step: int, stages: int) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
-    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-11 add their staging tiles)."""
+    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-12 add their staging tiles)."""
     info = step_info(step)
     if not info.pipelined:
         raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
@@ -494,7 +520,7 @@ def smem_bytes(step: int, stages: int) -> int:
 
 
 def swizzle128(row: int, chunk: int) -> int:
-    """Steps 6-11's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
+    """Steps 6-12's shared layout (as swizzle128 in hopper.cuh): byte offset of 16-byte chunk ``chunk``
     (0-7) of row ``row`` in a tile of 128-byte rows, the chunk index XORed with row % 8 (wgmma's
     128-byte swizzle)."""
     return row * 128 + ((chunk ^ (row & 7)) << 4)
@@ -591,11 +617,11 @@ def launcher(
 ) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
-    ``stages`` (steps 4-11 only): the pipeline depth, by default the step's own. ``blocks`` (steps 7-11
-    only): how many blocks walk over the tiles; by default one per SM (a persistent grid),
-    ``problem.ws_tiles()`` gives one block per tile. ``splits`` (step 6 only): how many blocks share
-    each tile's K steps (default 1); above 1 a workspace of ``splits`` fp32 copies of the output and
-    a second kernel that adds them."""
+    ``stages`` (the pipelined steps): the pipeline depth, by default the step's own. ``blocks`` (the
+    persistent steps): how many blocks walk over the tiles (each split of a tile is a unit of its own);
+    by default one per unit up to one per SM. ``splits`` (the split-K steps): how many blocks share
+    each tile's K steps (default 1); above 1 a workspace of fp32 partials, which the tile's last split
+    adds (fixup) or a second kernel adds."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
     info = step_info(step)
     if not info.epilogue and (alpha != 1.0 or relu):
@@ -612,11 +638,19 @@ def launcher(
         raise ValueError(f"x_bypass_l1 rebuilds step {rebuilt} only")
     if blocks is not None and not info.specialized:
         raise ValueError(f"blocks sets the grid of steps {SPECIALIZED} only")
-    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= problem.ws_tiles()):
-        raise ValueError(f"blocks must be an integer from 1 to the {problem.ws_tiles()} tiles, got {blocks!r}")
     if splits is not None and not info.split_k:
         raise ValueError(f"splits divides K over the blocks of steps {SPLIT_K} only")
-    k_per_split, splits = split_plan(problem, 1 if splits is None else splits)
+    k_per_split, splits = split_plan(problem, 1 if splits is None else splits, step)
+    units = problem.tiles(info.block_n) * splits  # what a persistent grid's blocks walk
+    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= units):
+        what = "tiles" if splits == 1 else f"units of {splits} splits per tile"
+        raise ValueError(f"blocks must be an integer from 1 to the {units} {what}, got {blocks!r}")
+    sms = device.target_properties()["sms"]
+    if info.fixup and splits > 1 and blocks is not None and not splits <= blocks <= sms:
+        raise ValueError(
+            f"blocks: step {step}'s {splits} splits of a tile wait for each other, so every block must be "
+            f"resident at once: from {splits} to the {sms} SMs, got {blocks!r}"
+        )
     if not info.cuda_cpp:
         from .v1_naive import THREADS as NAIVE_THREADS
         from .v1_naive import igemm_naive
@@ -651,39 +685,49 @@ def launcher(
             bias = cupy.zeros(pr.k, dtype=cupy.float32)
         epilogue = (bias, cupy.float32(alpha), i32(bool(relu)))
         args += epilogue
-    # Split K: the fp32 partials, and the kernel that adds them and applies the epilogue (reduce_args).
-    partial = cupy.empty(splits * out.size, dtype=cupy.float32) if splits > 1 else out  # unread without a split
-    if info.split_k:
+    # Split K: the fp32 partials, and the kernel that adds them and applies the epilogue (reduce_args),
+    # or (fixup) a tile-sized slot per unit and the tiles' arrival counters, which each launch leaves zero.
+    partial = out  # unread without a split
+    if splits > 1:
+        partial = cupy.empty(units * FIXUP_TILE if info.fixup else splits * out.size, dtype=cupy.float32)
+    if info.fixup:
+        arrivals = cupy.zeros(problem.tiles(info.block_n) if splits > 1 else 1, dtype=cupy.uint32)
+        args += (partial, arrivals, i32(k_per_split), out)  # the shares of split tiles are stored directly
+    elif info.split_k:
         args += (partial, i32(k_per_split))
-    if splits > 1:  # only the split-K steps, which all have the epilogue
+    if splits > 1 and not info.fixup:  # only the split-K steps, which all have the epilogue
         reduce_args = (partial, i32(splits), i32(out.size // pr.k), i32(pr.k), *epilogue, out)
         reduce_grid = (-(-out.size // (8 * SPLIT_REDUCE_THREADS)),)
     shared = smem_bytes(step, stages) if info.pipelined else 0
     grid = problem.grid() + (splits,)
     if info.specialized:
-        grid = (int(blocks) if blocks else min(problem.ws_tiles(), device.properties()["sms"]),)
+        grid = (int(blocks) if blocks else min(units, sms),)
     block = (info.threads,)
-    reduce = split_reduce_kernel(step, stages) if splits > 1 else None
+    reduce = split_reduce_kernel(step, stages) if splits > 1 and not info.fixup else None
 
     def launch():
         kernel(grid, block, args, shared_mem=shared)
         if reduce is not None:
             reduce(reduce_grid, (SPLIT_REDUCE_THREADS,), reduce_args)
 
-    # Steps 8-11's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
+    # Steps 8-12's args hold only descriptors of x's, w's and out's addresses: the launcher keeps them alive
     # itself, or a temporary could be freed, and its memory reused, while the TMA engine uses it.
     launch.x, launch.w, launch.out = x, w, out
     return launch
 
 
-def k_steps(problem: Problem) -> int:
-    """The 64-tap K steps of the wgmma steps' main loop on ``problem``."""
+def k_steps(problem: Problem, step: int | None = None) -> int:
+    """The 64-tap K steps of the wgmma steps' main loop on ``problem``; counted tap by tap, each tap's
+    C rounded up to 64, for a ``step`` that loads the input by im2col TMA."""
+    if step is not None and step_info(step).tma_im2col:
+        return problem.r * problem.s * -(-problem.c // 64)
     return -(-problem.gemm[2] // 64)
 
 
-def split_plan(problem: Problem, splits: int) -> tuple[int, int]:
-    """(K steps per split, splits that get any): ``splits`` shares of the K steps, the last one short."""
-    steps = k_steps(problem)
+def split_plan(problem: Problem, splits: int, step: int | None = None) -> tuple[int, int]:
+    """(K steps per split, splits that get any): ``splits`` shares of ``step``'s K steps (k_steps), the
+    last one short."""
+    steps = k_steps(problem, step)
     if not (isinstance(splits, (int, np.integer)) and not isinstance(splits, bool) and 1 <= splits <= steps):
         raise ValueError(f"splits must be an integer from 1 to the problem's {steps} K steps of 64, got {splits!r}")
     per = -(-steps // int(splits))
@@ -854,7 +898,7 @@ class Choice:
     stages: int | None
     tile: tuple[int, int]  # (rows of M, columns of N) per block tile
     tiles: int  # block tiles of the problem
-    slots: int  # blocks of the step that fit on one SM at once
+    slots: int  # tiles one SM works on at once: its blocks, two per block of a ping-pong step
     waves: int  # rounds of the SMs' slots over the tiles
     fill: float  # the useful fraction of the padded tile work
     estimate_ms: float | None  # the model's time; None where no stored rate calibrates it
@@ -904,14 +948,15 @@ def tile_model(
     m, n, kd = problem.gemm
     tile = (BLOCK_M, info.block_n)
     k_step = 64 if info.wgmma else 32
-    k_tiles = problem.r * problem.s * -(-problem.c // k_step) if info.tma_im2col else -(-kd // k_step)
+    k_tiles = k_steps(problem, step) if info.wgmma else -(-kd // k_step)
     if splits > 1:
-        k_tiles, splits = split_plan(problem, splits)
+        k_tiles, splits = split_plan(problem, splits, step)
     tiles = -(-m // tile[0]) * -(-n // tile[1]) * splits
     smem = smem_bytes(step, stages) if info.pipelined else STAGE_BYTES  # steps 2-3: one A and B tile
     by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
     by_registers = props["regs_per_sm"] // (info.threads * -(-info.max_registers // 8) * 8)  # 8-register units
     slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem, by_registers))
+    slots *= 2 if info.ping_pong else 1  # a ping-pong block works on two tiles at once
     waves = -(-tiles // (props["sms"] * slots))
     tile_flops = 2 * tile[0] * tile[1] * (k_tiles + head) * k_step
     return tile, tiles, slots, waves, tile_flops
@@ -942,11 +987,37 @@ def split_reduce_ms(problem: Problem, splits: int) -> float:
     return launch_ms() + (4 * splits + 2) * outputs / gbps / 1e6
 
 
+# Step 12's fixup, in K steps of a unit's time: every unit writes its 64 KB fp32 partial and reads its
+# share of all of them back, 2 x 64 KB, where a K step brings 32 KB (WGMMA_STAGE_BYTES).
+FIXUP_HEAD = 2 * 4 * FIXUP_TILE / WGMMA_STAGE_BYTES
+# and its chain of memory round trips, each one DRAM latency: the partial's stores and fence, counting in,
+# seeing the other splits in, reading the shares, counting out.
+FIXUP_ROUND_TRIPS = 5
+
+
+def fixup_ms(problem: Problem, splits: int, props: dict, step: int) -> float:
+    """Step 12's fixup besides its bytes (FIXUP_HEAD): FIXUP_ROUND_TRIPS DRAM latencies (the probes'),
+    and the workspace through DRAM once it outgrows half the L2 (what one side of the H100's L2 holds),
+    written and read once at the machine chapter's copy rate."""
+    from ..harness import quantities
+
+    _, splits = split_plan(problem, splits, step)
+    workspace = 4 * FIXUP_TILE * problem.tiles(step_info(step).block_n) * splits
+    latency_ms = FIXUP_ROUND_TRIPS * quantities.dram_latency_ns()[0] / 1e6
+    if workspace <= props["l2_bytes"] // 2:
+        return latency_ms
+    return latency_ms + 2 * workspace / quantities.copy_gbps()[0] / 1e6
+
+
 def estimate_ms(
     step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1, head: float = 1.0
 ) -> float:
     """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry, calibrated
-    with the same ``head``): the launch, the tiles' work, and split K's second kernel."""
+    with the same ``head``): the launch, the tiles' work, and split K's partial sums (a second kernel, or
+    step 12's fixup charged to each unit's head)."""
+    if splits > 1 and step_info(step).fixup:
+        work = _cost(step, stages, problem, props, splits, head + FIXUP_HEAD) / rate
+        return launch_ms() + work + fixup_ms(problem, splits, props, step)
     reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
     return launch_ms() + _cost(step, stages, problem, props, splits, head) / rate + reduce_ms
 
@@ -1004,7 +1075,11 @@ def stored_rates(props: dict, gpu_slug: str | None = None, heads: dict | None = 
 
 
 def best_step(
-    problem: Problem, props: dict | None = None, rates: dict | None = None, heads: dict | None = None
+    problem: Problem,
+    props: dict | None = None,
+    rates: dict | None = None,
+    heads: dict | None = None,
+    steps: tuple | None = None,
 ) -> Choice:
     """The step and pipeline depth the model expects fastest on ``problem``, for the GPU ``props``
     describes (default: this one, or the reference GPU without one).
@@ -1012,12 +1087,15 @@ def best_step(
     ``rates`` ({(step, stages): rate}) calibrates each variant with the tile heads ``heads`` ({step: K
     steps}, one K step where absent); by default both come from the chapter's stored run (stored_heads,
     stored_rates), and given rates come with the heads they were calibrated with (default none). Only
-    variants with a rate compete. Without any (no stored run), the fallback: the variant with the fewest
-    waves x tiles sharing an SM x tile work, ties to the later step at its default depth. Shapes no
-    tensor-core step takes (C or K not a multiple of 8, over 2^31 elements) raise the steps' own errors."""
+    variants with a rate compete, and only those of ``steps`` where given. Without any (no stored run),
+    the fallback: the variant with the fewest waves x tiles sharing an SM x tile work, ties to the later
+    step at its default depth. Shapes no tensor-core step takes (C or K not a multiple of 8, over 2^31
+    elements) raise the steps' own errors."""
     require_problem(problem)
     props = props or device.target_properties()
-    eligible = variants(problem, props)
+    eligible = [v for v in variants(problem, props) if steps is None or v[0] in steps]
+    if not eligible and steps is not None:
+        raise ValueError(f"steps: none of {tuple(steps)} runs on a GPU of compute capability {props['cc']}")
     if not eligible:
         raise ValueError(f"problem: no tensor-core step runs on a GPU of compute capability {props['cc']}")
     if rates is None:
@@ -1037,8 +1115,8 @@ def best_step(
         timed = [
             (*v, s)
             for v in timed
-            for s in (range(1, k_steps(problem) // 2 + 1) if step_info(v[0]).split_k else (1,))
-            if s == 1 or split_plan(problem, s)[1] == s  # each count of splits once
+            for s in (range(1, k_steps(problem, v[0]) // 2 + 1) if step_info(v[0]).split_k else (1,))
+            if s == 1 or split_plan(problem, s, v[0])[1] == s  # each count of splits once
         ]
         ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:2]], v[2], heads.get(v[0], 1.0)) for v in timed}
         step, stages, splits = min(timed, key=lambda v: (ms[v], -v[0], v[2]))

@@ -5,7 +5,7 @@
 #include "igemm_common.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// ---- Steps 6-11: wgmma from swizzled shared-memory tiles ---------------------------------------------
+// ---- Steps 6-12: wgmma from swizzled shared-memory tiles ---------------------------------------------
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of row `row` in a tile of 128-byte rows, 128-byte swizzle:
 // the chunk index is XORed with row % 8, so 8 rows' chunk j land in 8 different 16-byte bank groups.
@@ -40,7 +40,7 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int pending>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(pending) : "memory"); }
 
-// ---- Steps 6 and 11: 64x128 wgmma ---------------------------------------------------------------------
+// ---- Steps 6, 11 and 12: 64x128 wgmma ---------------------------------------------------------------
 
 // D (64x128, fp32, this warpgroup) += A (64x16, fp16, K-major in shared) * B (16x128, fp16, K-major in shared).
 __device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b) {
@@ -60,7 +60,7 @@ __device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], unsigned long lo
                  : "l"(desc_a), "l"(desc_b));
 }
 
-// ---- Steps 7-11: the producer/consumer ring of mbarriers; steps 7-10's 64x256 wgmma ------------------
+// ---- Steps 7-12: the producer/consumer ring of mbarriers; steps 7-10's 64x256 wgmma ------------------
 
 // The mbarrier at `bar` counts one arrival of this thread once all its earlier cp.async have landed.
 __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
@@ -118,7 +118,7 @@ __device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], unsigned long l
                  : "l"(desc_a), "l"(desc_b));
 }
 
-// ---- Steps 8-11: the filter tile through the TMA engine ----------------------------------------------
+// ---- Steps 8-12: the filter tile through the TMA engine ----------------------------------------------
 
 // One arrival that also announces `bytes` more to come from the TMA engine: the phase completes when
 // every arrival is in and those bytes have landed.
@@ -134,7 +134,7 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int k
                  :: "r"(dst), "l"(map), "r"(k), "r"(n), "r"(bar) : "memory");
 }
 
-// ---- Steps 9-11: the output tile through a staging tile and TMA stores ----------------------------
+// ---- Steps 9-12: the output tile through a staging tile and TMA stores ----------------------------
 
 // TMA: the box of the 2D tensor map `map` whose corner is element (k, m) <- shared memory at `src`,
 // read in the map's swizzle; the engine skips elements past the tensor's edges. Completion is tracked
@@ -155,7 +155,7 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // gone after its last copy, would never reach).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-// ---- Steps 10-11: the input tile through the TMA engine's im2col mode -------------------------------
+// ---- Steps 10-12: the input tile through the TMA engine's im2col mode -------------------------------
 
 // TMA, im2col mode: 128 output pixels x 64 channels of the 4D NHWC tensor map `map` -> shared memory at
 // `dst`. (n, h, w) is the input pixel under the filter's corner for the first output pixel, c the first
@@ -167,4 +167,9 @@ __device__ __forceinline__ void tma_load_im2col(unsigned dst, const void* map, i
                  " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
                  :: "r"(dst), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(s), "h"(r) : "memory");
 }
+
+// ---- Steps 11-12: a consumer warpgroup's own barrier ------------------------------------------------
+
+// Named barrier 1 + g among the 128 threads of consumer warpgroup g (0 is __syncthreads; 3 and 4 are the turns).
+__device__ __forceinline__ void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" :: "r"(1 + g) : "memory"); }
 #endif

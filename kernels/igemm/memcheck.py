@@ -30,6 +30,8 @@ ODD_RUNS = (
     (10, {"stages": 4, "blocks": 1}),
     (11, {"stages": 4}),
     (11, {"stages": 6, "blocks": 1}),
+    (12, {"stages": 4, "splits": 3}),  # at most the problem's K steps: a 1x1 layer with one runs unsplit
+    (12, {"stages": 6, "splits": 2, "blocks": 2}),
 )
 
 
@@ -51,6 +53,9 @@ def main(steps=None) -> int:
     for step, problem, options in runs:
         if (steps and step not in steps) or ig.left_out(step, options.get("stages")):
             continue
+        if "splits" in options:
+            options = {**options, "splits": min(options["splits"], ig.k_steps(problem, step))}
+            options = {**options, "blocks": options["splits"]} if "blocks" in options else options
         x, w = ig.random_inputs(problem, rng, cupy)
         out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, **options)
         result = ig.compare(

@@ -36,35 +36,40 @@ SHAPES = {
 BASELINES = {"cudnn_frontend": "frontend plan", "torch": "PyTorch"}  # the frontend's fastest; F.conv2d, cudnn.benchmark
 CLASSES = ("less than one wave", "padded tiles", "full waves")  # what ``reason`` starts with
 WARMUP, REPEAT = 5, 30
-# Split K swept on the layer with the most K per tile: 8 output tiles, 72 K steps each.
+# Split K swept on the layer with the most K per tile: 8 output tiles, 72 K steps each; every split step.
 SWEEP_SHAPE = "vgg conv5 N1 14x14 512-512"
 SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 9, 12, 15, 18, 24, 36)  # each leaves every split some of the 72 K steps
 
 
 def kernels() -> tuple[str, ...]:
-    """Every kernel name this table's rows may carry."""
+    """Every kernel name this table's rows may carry (a split is timed only as best_step's choice)."""
     names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in info.depths}
     return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
 
 
 def sweep_kernels() -> tuple[str, ...]:
-    """The kernel names of the split sweep's rows: step 6 at each depth and split count."""
-    step = ig.SPLIT_K[0]
-    return tuple(PREFIX + ig.stored_name(step, d, s) for d in ig.step_info(step).depths for s in SWEEP_SPLITS)
+    """The kernel names of the split sweep's rows: each split step at each depth and split count."""
+    return tuple(
+        PREFIX + ig.stored_name(step, d, s)
+        for step in ig.SPLIT_K
+        for d in ig.step_info(step).depths
+        for s in SWEEP_SPLITS
+    )
 
 
 def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
-    """Rows of the split-K step at best_step's depth on SWEEP_SHAPE for each of SWEEP_SPLITS, each output
-    checked against the float32 reference first (a wrong one is printed and gets no row)."""
+    """Rows of each split-K step, at the depth best_step takes for it, on SWEEP_SHAPE for each of
+    SWEEP_SPLITS, each output checked against the float32 reference first (a wrong one is printed and
+    gets no row)."""
     timer, step_launch = timer or _time, step_launch or _step_launch
-    problem, step = SHAPES[SWEEP_SHAPE], ig.SPLIT_K[0]
-    choice = ig.best_step(problem)
-    stages = choice.stages if choice.step == step else ig.default_stages(step)
+    problem = SHAPES[SWEEP_SHAPE]
     xp = device.xp()
     x, w = ig.random_inputs(problem, rng or np.random.default_rng(6), xp)
     ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
     rows = []
-    for splits in SWEEP_SPLITS:
+    depth = {step: ig.best_step(problem, steps=(step,)).stages for step in ig.SPLIT_K}
+    for step, splits in ((step, splits) for step in ig.SPLIT_K for splits in SWEEP_SPLITS):
+        stages = depth[step]
         kernel = ig.stored_name(step, stages, splits)
         out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
         launch = step_launch(step, stages, x, w, out, problem, splits)
@@ -284,10 +289,11 @@ def summary(table_rows: list[dict]) -> dict:
     }
 
 
-def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict) -> dict | None:
-    """The split sweep at its swept depth: measured and modelled µs per split count, and the strongest
-    cuDNN's µs on SWEEP_SHAPE from the table's rows; None where fewer than two splits are stored."""
-    step = ig.SPLIT_K[0]
+def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict, step: int | None = None) -> dict | None:
+    """The split sweep of ``step`` (default: the first split step) at its swept depth: measured and
+    modelled µs per split count, and the strongest cuDNN's µs on SWEEP_SHAPE from the table's rows;
+    None where fewer than two splits are stored."""
+    step = ig.SPLIT_K[0] if step is None else step
     names = {PREFIX + ig.stored_name(step, d, s): (d, s) for d in ig.step_info(step).depths for s in SWEEP_SPLITS}
     by_depth: dict[int, dict[int, float]] = {}
     for r in sweep_rows:

@@ -30,9 +30,6 @@ constexpr int PASSES = BN / BOX_COLS;
 constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Named barrier 1 + g among the 128 threads of consumer warpgroup g (0 is __syncthreads; 3 and 4 are the turns).
-__device__ __forceinline__ void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" :: "r"(1 + g) : "memory"); }
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_map, const void* __restrict__ y_map,
                     int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
