@@ -84,14 +84,18 @@ def test_the_fixup_is_charged_its_bytes_its_round_trips_and_dram_once_the_worksp
     assert split == pytest.approx(ig.launch_ms() + head + latency)  # one launch: no second kernel
 
 
-def test_a_ping_pong_block_holds_two_tiles():
-    """Steps 11 and 12 keep one block per SM, whose two consumers each work on a tile: two slots per SM."""
+def test_a_ping_pong_block_runs_its_tiles_one_after_another():
+    """Steps 11 and 12 keep one block per SM; its two consumers take turns at the tensor cores, so an SM
+    with three tiles pays three tiles' work, not two rounds of two."""
+    seven = ig.Problem(n=1, h=28, w=32, c=64, k=128)  # 7 tiles: one tile per SM
+    three = ig.Problem(n=16, h=56, w=56, c=256, k=512, r=1, s=1, pad=0, stride=2)  # 392 tiles: 3 per SM
+    assert three.tiles() == 392 and H100["sms"] == 132
     for info in ig.REGISTRY:
         if info.ping_pong:
-            assert ig.tile_model(info.number, info.default_stages, ig.PROBLEM, H100)[2] == 2, info.number
-    seven = ig.Problem(n=1, h=28, w=32, c=64, k=128)  # 7 tiles: one wave, one tile per SM
-    step = next(s.number for s in ig.REGISTRY if s.ping_pong)
-    assert ig._cost(step, 5, seven, H100) == ig.tile_model(step, 5, seven, H100)[4]
+            step, stages = info.number, info.default_stages
+            assert ig.tile_model(step, stages, ig.PROBLEM, H100)[2] == 1, step
+            assert ig._cost(step, stages, seven, H100) == ig.tile_model(step, stages, seven, H100)[4]
+            assert ig._cost(step, stages, three, H100) == 3 * ig.tile_model(step, stages, three, H100)[4]
 
 
 def test_best_step_on_the_source_problem_is_the_stored_fastest():
@@ -132,7 +136,7 @@ def test_the_depth_fit_gives_a_tile_s_head_in_k_steps():
     fixed, fitted = ig.depth_fit(ms)
     assert fitted == pytest.approx(tiles * per_step) and fixed / fitted == pytest.approx(3.5)
     heads = ig.stored_heads()
-    assert set(heads) == {8, 9, 10} and all(h > 0 for h in heads.values())
+    assert set(heads) == {8, 9, 10, 11, 12} and all(h > 0 for h in heads.values())
     assert ig.stored_heads("no-such-gpu") == {}
 
 

@@ -224,7 +224,7 @@ REGISTRY = (
         12,
         "igemm/v12_split_fixup.cu",
         "igemm_v12_split_fixup",
-        "split K inside the persistent grid, the last split of each tile adding the partials",
+        "split K inside the persistent grid, each split adding its share of the tile's partials",
         WS_THREADS,
         stages=(4, 6),
         default_stages=5,
@@ -898,7 +898,7 @@ class Choice:
     stages: int | None
     tile: tuple[int, int]  # (rows of M, columns of N) per block tile
     tiles: int  # block tiles of the problem
-    slots: int  # tiles one SM works on at once: its blocks, two per block of a ping-pong step
+    slots: int  # blocks of the step that fit on one SM at once
     waves: int  # rounds of the SMs' slots over the tiles
     fill: float  # the useful fraction of the padded tile work
     estimate_ms: float | None  # the model's time; None where no stored rate calibrates it
@@ -955,8 +955,9 @@ def tile_model(
     smem = smem_bytes(step, stages) if info.pipelined else STAGE_BYTES  # steps 2-3: one A and B tile
     by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
     by_registers = props["regs_per_sm"] // (info.threads * -(-info.max_registers // 8) * 8)  # 8-register units
+    # One block per SM for steps 7-12. A ping-pong block holds two tiles, but its consumers take turns at
+    # the tensor cores, so its tiles count one after another, as one slot's.
     slots = max(1, min(props["max_threads_per_sm"] // info.threads, by_smem, by_registers))
-    slots *= 2 if info.ping_pong else 1  # a ping-pong block works on two tiles at once
     waves = -(-tiles // (props["sms"] * slots))
     tile_flops = 2 * tile[0] * tile[1] * (k_tiles + head) * k_step
     return tile, tiles, slots, waves, tile_flops

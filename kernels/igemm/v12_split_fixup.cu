@@ -1,4 +1,4 @@
-// Step 12: split K inside the persistent grid, the last split of each tile adding the partials.
+// Step 12: split K inside the persistent grid, each split adding its share of the tile's partials.
 // On a layer with few output tiles, step 11 leaves most SMs idle, or a second wave half empty. Here a
 // block's unit of work is one share of one tile's K steps (`splits` shares per tile, consecutive units),
 // so the units fill the SMs. A unit's consumer writes its 128x128 fp32 partial to a workspace and counts
