@@ -988,25 +988,21 @@ def split_reduce_ms(problem: Problem, splits: int) -> float:
     return launch_ms() + (4 * splits + 2) * outputs / gbps / 1e6
 
 
-# Step 12's fixup, in K steps of a unit's time: every unit writes its 64 KB fp32 partial and reads its
-# share of all of them back, 2 x 64 KB, where a K step brings 32 KB (WGMMA_STAGE_BYTES).
-FIXUP_HEAD = 2 * 4 * FIXUP_TILE / WGMMA_STAGE_BYTES
-# and its chain of memory round trips, each one DRAM latency: the partial's stores and fence, counting in,
-# seeing the other splits in, reading the shares, counting out.
+# Step 12's fixup waits through a chain of memory round trips, each one DRAM latency: the partial's stores
+# and fence, counting in, seeing the other splits in, reading the shares, counting out.
 FIXUP_ROUND_TRIPS = 5
 
 
-def fixup_ms(problem: Problem, splits: int, props: dict, step: int) -> float:
-    """Step 12's fixup besides its bytes (FIXUP_HEAD): FIXUP_ROUND_TRIPS DRAM latencies (the probes'),
-    and the workspace through DRAM once it outgrows half the L2 (what one side of the H100's L2 holds),
-    written and read once at the machine chapter's copy rate."""
+def fixup_ms(problem: Problem, splits: int, step: int) -> float:
+    """Step 12's fixup: FIXUP_ROUND_TRIPS DRAM latencies (the probes'), and its workspace's traffic. Every
+    unit writes its fp32 partial tile and reads back its share of all of them, all units at once, so the
+    whole workspace goes out and back at the GPU's rate, not an SM's: the machine chapter's copy rate (a
+    copy small enough for the L2 runs about as fast)."""
     from ..harness import quantities
 
     _, splits = split_plan(problem, splits, step)
     workspace = 4 * FIXUP_TILE * problem.tiles(step_info(step).block_n) * splits
     latency_ms = FIXUP_ROUND_TRIPS * quantities.dram_latency_ns()[0] / 1e6
-    if workspace <= props["l2_bytes"] // 2:
-        return latency_ms
     return latency_ms + 2 * workspace / quantities.copy_gbps()[0] / 1e6
 
 
@@ -1015,10 +1011,9 @@ def estimate_ms(
 ) -> float:
     """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry, calibrated
     with the same ``head``): the launch, the tiles' work, and split K's partial sums (a second kernel, or
-    step 12's fixup charged to each unit's head)."""
+    step 12's fixup)."""
     if splits > 1 and step_info(step).fixup:
-        work = _cost(step, stages, problem, props, splits, head + FIXUP_HEAD) / rate
-        return launch_ms() + work + fixup_ms(problem, splits, props, step)
+        return launch_ms() + _cost(step, stages, problem, props, splits, head) / rate + fixup_ms(problem, splits, step)
     reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
     return launch_ms() + _cost(step, stages, problem, props, splits, head) / rate + reduce_ms
 

@@ -303,7 +303,7 @@ def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict, st
     if not by_depth or max(map(len, by_depth.values())) < 2:
         return None
     stages, measured = max(by_depth.items(), key=lambda kv: len(kv[1]))
-    rate = ig.stored_rates(props)[(step, stages)]
+    rate, head = ig.stored_rates(props)[(step, stages)], ig.stored_heads().get(step, 1.0)  # as best_step
     problem = SHAPES[SWEEP_SHAPE]
     cudnn = [
         1e3 * float(r["value"])
@@ -314,7 +314,7 @@ def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict, st
         "step": step,
         "stages": stages,
         "measured_us": dict(sorted(measured.items())),
-        "model_us": {s: 1e3 * ig.estimate_ms(step, stages, problem, props, rate, s) for s in SWEEP_SPLITS},
+        "model_us": {s: 1e3 * ig.estimate_ms(step, stages, problem, props, rate, s, head) for s in SWEEP_SPLITS},
         "cudnn_us": min(cudnn) if cudnn else math.inf,
     }
 
