@@ -154,6 +154,8 @@ def test_the_registry_is_numbered_in_order_and_consistent():
         # ping-pong: each consumer warpgroup owns a 128x128 tile of the persistent, specialized grid
         assert not s.ping_pong or (s.specialized and s.tma_store and s.block_n == ig.BLOCK_N), s
         assert s.block_n == (ig.WS_BLOCK_N if s.specialized and not s.ping_pong else ig.BLOCK_N), s
+        # a narrow build: a ping-pong step's own tiles at NARROW_N wide, unsplit
+        assert not s.narrow_stages or (s.ping_pong and not s.split_k and s.narrow_stages > s.stages[1]), s
 
 
 def test_the_naive_step_launches_the_threads_its_record_says():
@@ -254,7 +256,7 @@ def test_memcheck_and_the_profile_launch_registered_steps_at_allowed_depths():
     assert {1} | {step for step, _ in memcheck.ODD_RUNS} == set(ig.STEPS)  # step 1 runs on the first layer
     for step, options in [*memcheck.ODD_RUNS, *((step, options) for _, step, options in profile.VARIANTS)]:
         if "stages" in options:
-            low, high = ig.step_info(step).stages
+            low, high = ig.step_info(step).stage_range(options.get("block_n"))
             assert low <= options["stages"] <= high, (step, options)
     for label, step, _ in profile.VARIANTS:
         assert label.startswith(Path(ig.step_info(step).source).stem), label
@@ -420,6 +422,12 @@ def test_pipeline_depth_is_checked():
         ig.launcher(6, x, w, out, x_bypass_l1=True)
     with pytest.raises(ValueError, match="stages of step 7 must be an integer from 3 to 4"):
         ig.launcher(7, x, w, out, stages=5)
+    with pytest.raises(ValueError, match="stages of step 11 64 wide must be an integer from 4 to 8, got 9"):
+        ig.launcher(11, x, w, out, stages=9, block_n=64)
+    with pytest.raises(ValueError, match="block_n: step 11 builds tiles 128 or 64 output channels wide, got 32"):
+        ig.launcher(11, x, w, out, block_n=32)
+    with pytest.raises(ValueError, match="block_n: step 10 builds tiles 256 output channels wide, got 64"):
+        ig.launcher(10, x, w, out, block_n=64)
     with pytest.raises(ValueError, match=r"blocks sets the grid of steps \(7, 8, 9, 10, 11, 12\) only"):
         ig.launcher(6, x, w, out, blocks=1)
     with pytest.raises(ValueError, match="blocks must be an integer from 1 to the 1 tiles"):
@@ -523,6 +531,10 @@ def test_the_h100_runs_every_step_at_every_depth():
     for step, (low, high) in ig.STAGE_RANGE.items():
         for stages in range(low, high + 1):
             assert ig.unsupported(step, H100, stages) is None
+        info = ig.step_info(step)
+        for narrow in info.widths[1:]:  # the narrow build's depth is the most stages that fit
+            assert all(ig.unsupported(step, H100, d, narrow) is None for d in range(low, info.narrow_stages + 1))
+            assert "shared memory" in ig.unsupported(step, H100, info.narrow_stages + 1, narrow)
 
 
 @pytest.mark.parametrize("props", [A100, RTX_4090], ids=["A100", "RTX 4090"])
@@ -665,6 +677,23 @@ def test_warp_specialized_steps_compile_for_sm90a(step, stages):
         # counts each split in and out with one atomic each.
         assert (ops.get("STG", 0) == 0) == (info.tma_store and not info.fixup)
         assert ops.get("ATOMG", 0) == (2 if info.fixup else 0)
+
+
+NARROW_BUILDS = [(s.number, d) for s in ig.REGISTRY for n in s.widths[1:] for d in (s.stages[0], s.narrow_stages)]
+
+
+@pytest.mark.parametrize("step, stages", NARROW_BUILDS)
+def test_the_narrow_build_compiles_for_sm90a(step, stages):
+    """-DBLOCK_N=64: the same turns and registers, one store box per tile instead of two."""
+    options = (f"-DSTAGES={stages}", f"-DBLOCK_N={ig.NARROW_N}")
+    compiled = cuda_cpp.compile_cubin(ig.STEPS[step][0], "sm_90a", options)
+    (res,) = compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, compiled.log
+    assert res.registers == ig.WS_REGISTERS and "C7510" not in compiled.log, compiled.log
+    if sass.available():
+        ops = sass.opcodes(sass.disassemble(compiled))
+        # 4 k16 slices of two 64x64 halves; one epilogue pass: two barriers and one TMA store fewer
+        assert ops["HGMMA"] == 8 and ops.get("BAR", 0) == 7 and ops.get("UTMASTG", 0) == 1
 
 
 @pytest.mark.parametrize("step", ig.WGMMA)
@@ -844,6 +873,40 @@ def test_ping_pong_turns_with_odd_and_even_tile_counts(blocks, rng):
     ref = ig.reference(x, w, bias=bias, alpha=0.75, relu=True)
     result = ig.compare(out, ref, problem)
     assert result.ok, f"{result} -- {result.detail}"
+
+
+NARROW_PROBLEMS = [*GPU_PROBLEMS, ig.Problem(n=2, h=15, w=13, c=64, k=200, stride=2)]  # the last: 4 tiles wide
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", NARROW_PROBLEMS, ids=lambda p: p.label())
+@pytest.mark.parametrize("step, stages", NARROW_BUILDS)
+def test_the_narrow_build(step, stages, problem, rng):
+    """Step 11's 128x64 tiles at its shallowest and deepest pipeline, with the epilogue, into a poisoned
+    output; on the ragged problem also over 1 and 3 blocks, whose consumers take several tiles in turns."""
+    import cupy
+
+    if why := ig.unsupported(step, device.properties(), stages, ig.NARROW_N):
+        pytest.skip(why)
+    x, w = ig.random_inputs(problem, rng, cupy)
+    bias = cupy.asarray(rng.uniform(-5, 5, problem.k).astype(np.float32))
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride, bias=bias, alpha=0.75, relu=True)
+    for blocks in (None, 1, 3) if problem is ig.ODD_PROBLEMS[3] else (None,):
+        out = ig.conv(
+            step,
+            x,
+            w,
+            pad=problem.pad,
+            stride=problem.stride,
+            bias=bias,
+            alpha=0.75,
+            relu=True,
+            stages=stages,
+            blocks=blocks,
+            block_n=ig.NARROW_N,
+        )
+        result = ig.compare(out, ref, problem)
+        assert result.ok, f"blocks {blocks}: {result} -- {result.detail}"
 
 
 @pytest.mark.gpu

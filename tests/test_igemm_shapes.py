@@ -31,20 +31,22 @@ def test_best_step_picks_the_cheapest_calibrated_variant(problem):
             continue
         fixup = ig.step_info(v[0]).fixup
         for s in range(1, ig.k_steps(problem, v[0]) // 2 + 1) if v[0] in ig.SPLIT_K else (1,):
-            head = heads.get(v[0], 1.0) + (ig.FIXUP_HEAD if fixup and s > 1 else 0.0)
+            head = heads.get(v[0], 1.0)
             if s == 1:
                 partials_ms = 0.0
             elif fixup:  # the splits add their partials in the kernel: no second launch
-                partials_ms = ig.fixup_ms(problem, s, H100, v[0])
+                partials_ms = ig.fixup_ms(problem, s, v[0])
             else:
                 partials_ms = ig.split_reduce_ms(problem, s)
-            estimates[(*v, s)] = ig.launch_ms() + ig._cost(*v, problem, H100, s, head) / r + partials_ms
+            cost = ig._cost(v[0], v[1], problem, H100, s, head, block_n=v[2])
+            estimates[(*v, s)] = ig.launch_ms() + cost / r + partials_ms
     assert choice.estimate_ms == pytest.approx(min(estimates.values()))
-    assert (choice.step, choice.stages, choice.splits) in estimates
+    assert (choice.step, choice.stages, choice.tile[1], choice.splits) in estimates
     info = ig.step_info(choice.step)
-    assert ig.unsupported(choice.step, H100, choice.stages) is None
+    assert ig.unsupported(choice.step, H100, choice.stages, choice.tile[1]) is None
     if info.pipelined:
-        assert info.stages[0] <= choice.stages <= info.stages[1]
+        low, high = info.stage_range(choice.tile[1])
+        assert low <= choice.stages <= high
     assert choice.tiles <= choice.waves * H100["sms"] * choice.slots < choice.tiles + H100["sms"] * choice.slots
     assert 0 < choice.fill <= 1
 
@@ -63,25 +65,24 @@ def test_split_k_only_where_the_tiles_leave_sms_idle():
     assert ig.split_reduce_ms(ig.PROBLEM, 4) > ig.split_reduce_ms(ig.PROBLEM, 2) > 0
 
 
-def test_the_fixup_is_charged_its_bytes_its_round_trips_and_dram_once_the_workspace_outgrows_the_l2():
-    """Step 12's splits write and read back one fp32 tile each (2 x 64 KB, 4 K steps of 32 KB), wait
-    through FIXUP_ROUND_TRIPS DRAM latencies, and go through DRAM once the workspace outgrows half the L2."""
+def test_the_fixup_is_charged_its_round_trips_and_its_workspace_at_the_copy_rate():
+    """Step 12's splits wait through FIXUP_ROUND_TRIPS DRAM latencies, and its whole workspace (one fp32 tile
+    per unit) is written and read once at the machine chapter's copy rate: the cost grows with the split."""
     from kernels.harness import quantities
 
     step = next(s.number for s in ig.REGISTRY if s.fixup)
-    assert ig.FIXUP_HEAD == 2 * 4 * 128 * 128 / ig.WGMMA_STAGE_BYTES == 4
     latency = ig.FIXUP_ROUND_TRIPS * quantities.dram_latency_ns()[0] / 1e6
     small = shapes.SHAPES["vgg conv5 N1 14x14 512-512"]  # 8 tiles: 8 x 8 x 64 KB = 4 MB at 8 splits
-    assert ig.fixup_ms(small, 8, H100, step) == pytest.approx(latency)
-    big = ig.PROBLEM  # 1568 tiles: 196 MB at 2 splits, through DRAM twice
+    traffic = 2 * 8 * 8 * 4 * 128 * 128 / quantities.copy_gbps()[0] / 1e6
+    assert ig.fixup_ms(small, 8, step) == pytest.approx(latency + traffic)
+    assert ig.fixup_ms(small, 24, step) - latency == pytest.approx(3 * traffic)  # 24 splits of 3 K steps
+    big = ig.PROBLEM  # 1568 tiles: 196 MB at 2 splits
     workspace = 4 * ig.FIXUP_TILE * ig.PROBLEM.tiles() * 2
-    assert workspace > H100["l2_bytes"] // 2
-    dram = 2 * workspace / quantities.copy_gbps()[0] / 1e6
-    assert ig.fixup_ms(big, 2, H100, step) == pytest.approx(latency + dram)
-    rate = ig.stored_rates(H100).get((11, 5), 1.0)
+    assert ig.fixup_ms(big, 2, step) == pytest.approx(latency + 2 * workspace / quantities.copy_gbps()[0] / 1e6)
+    rate = ig.stored_rates(H100).get((11, 5, ig.BLOCK_N), 1.0)
     split = ig.estimate_ms(step, 5, small, H100, rate, 8)
-    head = ig._cost(step, 5, small, H100, 8, 1.0 + ig.FIXUP_HEAD) / rate
-    assert split == pytest.approx(ig.launch_ms() + head + latency)  # one launch: no second kernel
+    work = ig._cost(step, 5, small, H100, 8) / rate
+    assert split == pytest.approx(ig.launch_ms() + work + latency + traffic)  # one launch: no second kernel
 
 
 def test_a_ping_pong_block_runs_its_tiles_one_after_another():
@@ -100,13 +101,15 @@ def test_a_ping_pong_block_runs_its_tiles_one_after_another():
 
 def test_best_step_on_the_source_problem_is_the_stored_fastest():
     stored = results.latest("igemm", results.REFERENCE_GPU)
+    names = {v: ig.stored_name(v[0], v[1], block_n=v[2]) for v in ig.variants(ig.PROBLEM, H100)}
     times = {
-        v: float(stored[(ig.stored_name(*v), "source problem", "ms")]["value"])
-        for v in ig.variants(ig.PROBLEM, H100)
-        if (ig.stored_name(*v), "source problem", "ms") in stored
+        v: float(stored[(name, "source problem", "ms")]["value"])
+        for v, name in names.items()
+        if (name, "source problem", "ms") in stored
     }
     fastest = min(times, key=times.get)
-    assert (ig.best_step(ig.PROBLEM, H100).step, ig.best_step(ig.PROBLEM, H100).stages) == fastest
+    choice = ig.best_step(ig.PROBLEM, H100)
+    assert (choice.step, choice.stages, choice.tile[1]) == fastest
 
 
 def test_the_calibrated_model_gives_the_stored_times_of_the_source_problem():
@@ -115,16 +118,17 @@ def test_the_calibrated_model_gives_the_stored_times_of_the_source_problem():
     stored = results.latest("igemm", results.REFERENCE_GPU)
     rates, heads = ig.stored_rates(H100), ig.stored_heads()
     assert rates and 0 < ig.launch_ms() < 0.1
-    for (step, stages), rate in rates.items():
-        names = [ig.stored_name(step, stages)] + (
+    for (step, stages, block_n), rate in rates.items():
+        names = [ig.stored_name(step, stages, block_n=block_n)] + (
             [ig.stored_name(step, None)] if stages == ig.default_stages(step) else []
         )
         ms = next(
             float(stored[(n, "source problem", "ms")]["value"]) for n in names if (n, "source problem", "ms") in stored
         )
         head = heads.get(step, 1.0)
-        assert ig.estimate_ms(step, stages, ig.PROBLEM, H100, rate, head=head) == pytest.approx(ms, rel=1e-12)
-        work_ms = ig._cost(step, stages, ig.PROBLEM, H100, head=head) / rate
+        estimate = ig.estimate_ms(step, stages, ig.PROBLEM, H100, rate, head=head, block_n=block_n)
+        assert estimate == pytest.approx(ms, rel=1e-12)
+        work_ms = ig._cost(step, stages, ig.PROBLEM, H100, head=head, block_n=block_n) / rate
         assert work_ms == pytest.approx(ms - ig.launch_ms(), rel=1e-12)
 
 
@@ -151,13 +155,27 @@ def test_a_longer_head_makes_short_k_tiles_dearer():
 def test_best_step_rules_with_equal_rates():
     """Equal rates leave the tiles: a narrow N wastes most of a 256-wide tile; where both tile widths
     give the same work per SM, the later step wins the tie; a faster rate decides the rest."""
-    equal = {(6, 4): 1.0, (8, 4): 1.0}  # one block per SM each
+    equal = {(6, 4, 128): 1.0, (8, 4, 256): 1.0}  # one block per SM each
     narrow = ig.Problem(n=32, h=56, w=56, c=64, k=64)
     assert ig.best_step(narrow, H100, equal).tile == (128, 128)
     wide = ig.Problem(n=256, h=14, w=14, c=256, k=256)
     assert ig._cost(6, 4, wide, H100) == ig._cost(8, 4, wide, H100)
     assert ig.best_step(wide, H100, equal).step == 8
-    assert ig.best_step(narrow, H100, {**equal, (8, 4): 2.5}).step == 8
+    assert ig.best_step(narrow, H100, {**equal, (8, 4, 256): 2.5}).step == 8
+
+
+def test_the_narrow_build_halves_the_tile_work_where_the_layer_has_64_output_channels():
+    """At equal rates a 128x64 tile wins where K = 64 (a 128-wide tile is half zeros) and ties, so loses to
+    the wider tile, where K fills both."""
+    conv2 = shapes.SHAPES["resnet conv2 N32 56x56 64-64"]
+    narrow = ig.step_info(11).narrow_stages
+    wide, thin = ig.tile_model(11, 5, conv2, H100), ig.tile_model(11, narrow, conv2, H100, block_n=ig.NARROW_N)
+    assert thin[0] == (128, 64) and thin[1] == wide[1] == 784 and 2 * thin[4] == wide[4]
+    equal = {(11, 5, 128): 1.0, (11, narrow, ig.NARROW_N): 1.0}
+    choice = ig.best_step(conv2, H100, equal)
+    assert choice.tile == (128, 64) and choice.kwargs == {"stages": narrow, "block_n": ig.NARROW_N}
+    assert choice.name == f"v11_ping_pong_64wide_{narrow}stages"
+    assert ig.best_step(ig.PROBLEM, H100, equal).tile == (128, 128)
 
 
 def test_best_step_falls_back_to_default_depths_without_stored_rates():
@@ -204,7 +222,7 @@ def _fake(wrong=()):
     """A step launcher that writes the reference (or zeros for the variants in ``wrong``), timed at
     1 ms plus 0.1 ms per step, and baselines at 0.5 ms and 2 ms."""
 
-    def step_launch(step, stages, x, w, out, problem, splits=None):
+    def step_launch(step, stages, x, w, out, problem, splits=None, block_n=None):
         def launch():
             ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
             out[...] = 0 if (step, stages) in wrong or (step, stages, splits) in wrong else ref
@@ -237,7 +255,13 @@ def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
         assert sum(r["problem"] == name and r["metric"] == "ms" for r in rows) == n_variants - 1 + 2 + 1
         best = {r["metric"]: r["value"] for r in rows if r["problem"] == name and r["kernel"] == "shape_best_step"}
         chosen = ig.best_step(problem)
-        assert best == {"ms": 1.01 + 0.1 * chosen.step, "step": chosen.step, "stages": chosen.stages or 0, "splits": 1}
+        assert best == {
+            "ms": pytest.approx(1.01 + 0.1 * chosen.step),
+            "step": chosen.step,
+            "stages": chosen.stages or 0,
+            "splits": 1,
+            "block_n": chosen.tile[1],
+        }
     env = {"gpu_slug": "fake-gpu", "gpu": "Fake GPU", "date": "2026-01-01T00:00:00Z"}
     path = results.record("igemm", rows, env=env, root=tmp_path)
     stored = list(results.latest("igemm", "fake-gpu", root=tmp_path).values())
@@ -254,6 +278,29 @@ def test_measure_times_checked_variants_and_records_best_step(tmp_path, capsys):
     assert s["won"] == 0 and s["shapes"] == 2 and s["geomean"] < 1
     assert sum(s["lost"].values()) == 2, "every lost layer falls in one class of reason"
     assert all(r["why"].startswith(r["class"]) and s["lost"][r["class"]] for r in table)
+
+
+def test_the_narrow_calibration_times_each_narrow_build_beside_its_default_build(capsys):
+    """Rows on the source problem for the narrow build (the name stored_rates reads), and on a problem of
+    its own for the default build beside it; a wrong output gets no row."""
+    step_launch, _ = _fake()
+
+    def launch(step, stages, x, w, out, problem, splits=None, block_n=None):
+        made = step_launch(step, stages, x, w, out, problem)
+        made.ms = 2.0 if block_n == ig.NARROW_N else 1.0
+        return made
+
+    fakes = {"timer": lambda launch: launch.ms, "step_launch": launch}
+    rows = shapes.narrow_calibration(**fakes)
+    narrow = ig.stored_name(11, ig.step_info(11).narrow_stages, block_n=ig.NARROW_N)
+    assert shapes.narrow_kernels() == (narrow, ig.stored_name(11, ig.default_stages(11)))
+    assert [(r["kernel"], r["problem"], r["value"]) for r in rows] == [
+        (narrow, "source problem", 2.0),
+        (ig.stored_name(11, ig.default_stages(11)), shapes.BESIDE_NARROW, 1.0),
+    ]
+    wrong, _ = _fake(wrong={(11, ig.step_info(11).narrow_stages)})
+    rows = shapes.narrow_calibration(timer=lambda launch: 1.0, step_launch=lambda *a, block_n=None: wrong(*a))
+    assert [r["problem"] for r in rows] == [shapes.BESIDE_NARROW] and "FAIL" in capsys.readouterr().out
 
 
 def test_the_shape_table_without_a_gpu(capsys):
@@ -294,10 +341,10 @@ def test_stored_rows_without_a_gpu(tmp_path, monkeypatch, capsys):
 def test_a_step_that_cannot_build_loses_that_shape_only(capsys):
     step_launch, baselines = _fake()
 
-    def fails_for_step_3(step, stages, x, w, out, problem):
+    def fails_for_step_3(step, stages, x, w, out, problem, **kwargs):
         if step == 3:
             raise RuntimeError("step 3 was compiled to 200 registers")
-        return step_launch(step, stages, x, w, out, problem)
+        return step_launch(step, stages, x, w, out, problem, **kwargs)
 
     rows = shapes.measure(
         {"tiny": ig.CI_PROBLEM}, timer=lambda launch: launch.ms, step_launch=fails_for_step_3, baselines=baselines
@@ -331,6 +378,7 @@ def test_a_choice_passes_its_parameters_to_the_launcher():
         expected = ({} if choice.stages is None else {"stages": choice.stages}) | (
             {"splits": choice.splits} if choice.splits > 1 else {}
         )
+        expected |= {"block_n": choice.tile[1]} if choice.tile[1] != ig.step_info(choice.step).block_n else {}
         assert choice.kwargs == expected
     assert ig.step_info(6).depths == (3, 4, 5) and ig.step_info(2).depths == (None,)
 
@@ -374,10 +422,16 @@ def test_the_sweep_curves_take_the_swept_depth_and_the_strongest_cudnn():
     curves = shapes.sweep_curves(rows, table, H100)
     assert curves["stages"] == 4 and curves["measured_us"] == pytest.approx(measured)
     assert list(curves["measured_us"]) == sorted(measured) and curves["cudnn_us"] == pytest.approx(13.9)
-    rate = ig.stored_rates(H100)[(6, 4)]
+    rate = ig.stored_rates(H100)[(6, 4, ig.BLOCK_N)]
     problem = shapes.SHAPES[shapes.SWEEP_SHAPE]
     assert set(curves["model_us"]) == set(shapes.SWEEP_SPLITS)
     assert curves["model_us"][15] == pytest.approx(1e3 * ig.estimate_ms(6, 4, problem, H100, rate, 15))
+    fixup = next(s.number for s in ig.REGISTRY if s.fixup)  # a step with a stored head: the same as best_step's
+    rows = [dict(r, kernel=r["kernel"].replace(ig.stored_name(6, 4), ig.stored_name(fixup, 4))) for r in rows]
+    curves = shapes.sweep_curves(rows, table, H100, fixup)
+    rate, head = ig.stored_rates(H100)[(fixup, 4, ig.BLOCK_N)], ig.stored_heads()[fixup]
+    assert head != 1.0
+    assert curves["model_us"][15] == pytest.approx(1e3 * ig.estimate_ms(fixup, 4, problem, H100, rate, 15, head))
     assert shapes.sweep_curves(_sweep_rows({1: 70.0}), table, H100) is None, "one split is no curve"
 
 

@@ -40,6 +40,7 @@ IM2COL_MAX_STRIDE = 8  # steps 10-12: the TMA engine's traversal stride is at mo
 IM2COL_CORNER = 128  # steps 10-12: a 4D im2col map's box corners (-pad, pad - (R - 1)) lie in [-128, 127]
 SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 FIXUP_TILE = BLOCK_M * BLOCK_N  # step 12: fp32 partials per unit (a 128x128 tile)
+NARROW_N = 64  # step 11's narrow build: 128x64 tiles (64x64 wgmma), for layers with 64 output channels
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Step:
     tma_im2col: bool = False  # reads the input through an im2col TMA descriptor, K steps tap by tap
     split_k: bool = False  # can split each tile's K steps over blocks (``splits``), adding fp32 partials
     fixup: bool = False  # a tile's splits add the partials themselves, each its share; else igemm_split_reduce
+    narrow_stages: int | None = None  # also builds NARROW_N-wide tiles (-DBLOCK_N), with at most this many stages
     max_registers: int = 255  # per thread, at most (tests/test_igemm.py checks each compile): bounds blocks per SM
 
     @property
@@ -75,6 +77,23 @@ class Step:
     def block_n(self) -> int:
         """Output channels per block tile: 256 for steps 7-10, 128 for the others and for ping-pong."""
         return WS_BLOCK_N if self.specialized and not self.ping_pong else BLOCK_N
+
+    @property
+    def widths(self) -> tuple:
+        """The tile widths (output channels per tile) the step builds: its block_n, and NARROW_N if narrow."""
+        return (self.block_n, NARROW_N) if self.narrow_stages else (self.block_n,)
+
+    def stage_range(self, block_n: int | None = None) -> tuple | None:
+        """(fewest, most) stages of the build ``block_n`` wide (default: the step's own width)."""
+        if block_n in (None, self.block_n) or not self.pipelined:
+            return self.stages
+        return (self.stages[0], self.narrow_stages)
+
+    @property
+    def builds(self) -> tuple:
+        """(stages, block_n) of the builds best_step weighs: each depth at the step's own width, and the
+        narrow build at its deepest (its stages are a quarter smaller, so more of them fit)."""
+        return tuple((d, self.block_n) for d in self.depths) + tuple((self.narrow_stages, n) for n in self.widths[1:])
 
     @property
     def depths(self) -> tuple:
@@ -218,6 +237,7 @@ REGISTRY = (
         tma_store=True,
         tma_im2col=True,
         ping_pong=True,
+        narrow_stages=8,
         max_registers=WS_REGISTERS,
     ),
     Step(
@@ -507,16 +527,24 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
     return problem
 
 
-def smem_bytes(step: int, stages: int) -> int:
+def smem_bytes(step: int, stages: int, block_n: int | None = None) -> int:
     """Dynamic shared memory of a pipelined step: the stages, or step 5's re-tiled output if larger
-    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-12 add their staging tiles)."""
+    (the wgmma steps add room to align their tiles to 1024 bytes; steps 9-12 add their staging tiles).
+    ``block_n``: step 11's narrow build, whose stages hold NARROW_N filter rows, not 128."""
     info = step_info(step)
     if not info.pipelined:
         raise ValueError(f"step: only steps {PIPELINED} have dynamic shared memory; step {step}'s is static")
-    pipeline = stages * info.stage_bytes + (WS_STAGING_BYTES if info.tma_store else 0)
+    pipeline = stages * stage_bytes(step, block_n) + (WS_STAGING_BYTES if info.tma_store else 0)
     if info.wgmma:
         return pipeline + WGMMA_ALIGN
     return max(pipeline, EPILOGUE_BYTES) if info.epilogue else pipeline
+
+
+def stage_bytes(step: int, block_n: int | None = None) -> int | None:
+    """Shared memory of one pipeline stage of ``step`` at tile width ``block_n`` (default: its own); a
+    narrow build's stage holds 128 input rows and ``block_n`` filter rows of 64 halves."""
+    info = step_info(step)
+    return info.stage_bytes if block_n in (None, info.block_n) else (BLOCK_M + block_n) * 64 * 2
 
 
 def swizzle128(row: int, chunk: int) -> int:
@@ -535,10 +563,10 @@ def threads(step: int) -> int:
     return step_info(step).threads
 
 
-def unsupported(step: int, props: dict, stages: int | None = None) -> str | None:
+def unsupported(step: int, props: dict, stages: int | None = None, block_n: int | None = None) -> str | None:
     """Why the GPU ``props`` describes (``device.properties()``) cannot run ``step`` with ``stages``
-    (default: the step's own): an instruction it lacks, or more shared memory than a block may have;
-    None if it can."""
+    (default: the step's own) at tile width ``block_n`` (default: its own): an instruction it lacks, or
+    more shared memory than a block may have; None if it can."""
     info = step_info(step)
     cc = int(props["cc"])
     here = f"this GPU is {cc / 10:.1f}"
@@ -549,7 +577,7 @@ def unsupported(step: int, props: dict, stages: int | None = None) -> str | None
         return f"step {step} uses {what}, which needs compute capability {need / 10:.1f} (sm_{need}) or newer; {here}"
     if info.pipelined:
         stages = info.default_stages if stages is None else stages
-        smem, limit = smem_bytes(step, stages), props["smem_per_block_optin_bytes"]
+        smem, limit = smem_bytes(step, stages, block_n), props["smem_per_block_optin_bytes"]
         if smem > limit:
             return (
                 f"step {step} with {stages} stages needs {smem:,} B of shared memory per block; "
@@ -561,10 +589,11 @@ def unsupported(step: int, props: dict, stages: int | None = None) -> str | None
 _SAID: set[str] = set()
 
 
-def left_out(step: int, stages: int | None = None) -> bool:
-    """True on a GPU that cannot run ``step`` with ``stages``, after printing why -- once per reason,
-    so a step's later variants and measurements pass quietly; False in the simulator."""
-    why = device.on_gpu() and unsupported(step, device.properties(), stages)
+def left_out(step: int, stages: int | None = None, block_n: int | None = None) -> bool:
+    """True on a GPU that cannot run ``step`` with ``stages`` at tile width ``block_n``, after printing
+    why -- once per reason, so a step's later variants and measurements pass quietly; False in the
+    simulator."""
+    why = device.on_gpu() and unsupported(step, device.properties(), stages, block_n)
     if why and why not in _SAID:
         _SAID.add(why)
         print(f"left out on this GPU: {why}", flush=True)
@@ -572,18 +601,20 @@ def left_out(step: int, stages: int | None = None) -> bool:
 
 
 @cache
-def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
-    """The compiled CUDA C++ kernel of ``step`` (2-10), with its dynamic shared memory allowed.
+def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False, block_n: int | None = None):
+    """The compiled CUDA C++ kernel of ``step`` (2-12), with its dynamic shared memory allowed.
 
-    ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1)."""
+    ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1);
+    ``block_n`` (NARROW_N) builds step 11's 128x64 tiles."""
     from ..harness import cuda_cpp
 
-    if device.on_gpu() and (why := unsupported(step, device.properties(), stages)):
+    if device.on_gpu() and (why := unsupported(step, device.properties(), stages, block_n)):
         raise RuntimeError(why)  # before compiling: NVRTC's or the driver's error would not say why
     info = step_info(step)
     if not info.pipelined:
         return cuda_cpp.load(info.source, info.kernel)
     options = (f"-DSTAGES={stages}",) + (("-DX_BYPASS_L1",) if x_bypass_l1 else ())
+    options += (f"-DBLOCK_N={block_n}",) if block_n not in (None, info.block_n) else ()
     if info.wgmma:
         kernel = cuda_cpp.load(info.source, info.kernel, options=options, arch="sm_90a")
         if info.specialized and kernel.num_regs != WS_REGISTERS:
@@ -595,7 +626,7 @@ def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False):
             )
     else:
         kernel = cuda_cpp.load(info.source, info.kernel, options=options)
-    kernel.max_dynamic_shared_size_bytes = smem_bytes(step, stages)
+    kernel.max_dynamic_shared_size_bytes = smem_bytes(step, stages, block_n)
     return kernel
 
 
@@ -614,6 +645,7 @@ def launcher(
     x_bypass_l1: bool = False,
     blocks: int | None = None,
     splits: int | None = None,
+    block_n: int | None = None,
 ) -> Callable[[], None]:
     """Validate once, then return a function that only enqueues the kernel (what timing needs).
 
@@ -621,18 +653,26 @@ def launcher(
     persistent steps): how many blocks walk over the tiles (each split of a tile is a unit of its own);
     by default one per unit up to one per SM. ``splits`` (the split-K steps): how many blocks share
     each tile's K steps (default 1); above 1 a workspace of fp32 partials, which the tile's last split
-    adds (fixup) or a second kernel adds."""
+    adds (fixup) or a second kernel adds. ``block_n`` (step 11): output channels per tile, the step's own
+    or NARROW_N (whose default depth is the most stages it takes)."""
     problem = validate(step, x, w, out, pad=pad, stride=stride, bias=bias)
     info = step_info(step)
     if not info.epilogue and (alpha != 1.0 or relu):
         raise ValueError(f"step {step} computes the plain convolution; alpha and ReLU are fused in steps {EPILOGUE}")
     if stages is not None and not info.pipelined:
         raise ValueError(f"stages sets the pipeline depth of steps {PIPELINED} only; step {step} has none")
-    stages = info.default_stages if stages is None else stages
+    if block_n is not None and block_n not in info.widths:
+        widths = " or ".join(str(b) for b in info.widths)
+        raise ValueError(f"block_n: step {step} builds tiles {widths} output channels wide, got {block_n!r}")
+    narrow = block_n is not None and block_n != info.block_n
+    width = block_n if narrow else info.block_n
+    if stages is None:
+        stages = info.narrow_stages if narrow else info.default_stages
     if info.pipelined:
-        low, high = info.stages
+        low, high = info.stage_range(width)
         if not (isinstance(stages, int) and low <= stages <= high):
-            raise ValueError(f"stages of step {step} must be an integer from {low} to {high}, got {stages!r}")
+            wide = f" {width} wide" if narrow else ""
+            raise ValueError(f"stages of step {step}{wide} must be an integer from {low} to {high}, got {stages!r}")
     if x_bypass_l1 and not info.x_bypass_l1:
         rebuilt = " or ".join(str(s.number) for s in REGISTRY if s.x_bypass_l1)
         raise ValueError(f"x_bypass_l1 rebuilds step {rebuilt} only")
@@ -641,7 +681,7 @@ def launcher(
     if splits is not None and not info.split_k:
         raise ValueError(f"splits divides K over the blocks of steps {SPLIT_K} only")
     k_per_split, splits = split_plan(problem, 1 if splits is None else splits, step)
-    units = problem.tiles(info.block_n) * splits  # what a persistent grid's blocks walk
+    units = problem.tiles(width) * splits  # what a persistent grid's blocks walk
     if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= units):
         what = "tiles" if splits == 1 else f"units of {splits} splits per tile"
         raise ValueError(f"blocks must be an integer from 1 to the {units} {what}, got {blocks!r}")
@@ -659,14 +699,14 @@ def launcher(
         kernel = igemm_naive[naive_blocks, NAIVE_THREADS]
         return lambda: kernel(x, w, out, problem.pad, problem.stride)
     # Raises a clear error in the simulator, or on a GPU that cannot run the step.
-    kernel = cuda_kernel(step, stages, x_bypass_l1)
+    kernel = cuda_kernel(step, stages, x_bypass_l1, width if narrow else None)
     import cupy
 
     i32 = cupy.int32
     pr = problem
     args = (
         input_tensor_map(x, problem) if info.tma_im2col else x,
-        filter_tensor_map(w, info.block_n) if info.tma_filters else w,
+        filter_tensor_map(w, width) if info.tma_filters else w,
         output_tensor_map(out) if info.tma_store else out,
         i32(pr.n),
         i32(pr.h),
@@ -691,14 +731,14 @@ def launcher(
     if splits > 1:
         partial = cupy.empty(units * FIXUP_TILE if info.fixup else splits * out.size, dtype=cupy.float32)
     if info.fixup:
-        arrivals = cupy.zeros(problem.tiles(info.block_n) if splits > 1 else 1, dtype=cupy.uint32)
+        arrivals = cupy.zeros(problem.tiles(width) if splits > 1 else 1, dtype=cupy.uint32)
         args += (partial, arrivals, i32(k_per_split), out)  # the shares of split tiles are stored directly
     elif info.split_k:
         args += (partial, i32(k_per_split))
     if splits > 1 and not info.fixup:  # only the split-K steps, which all have the epilogue
         reduce_args = (partial, i32(splits), i32(out.size // pr.k), i32(pr.k), *epilogue, out)
         reduce_grid = (-(-out.size // (8 * SPLIT_REDUCE_THREADS)),)
-    shared = smem_bytes(step, stages) if info.pipelined else 0
+    shared = smem_bytes(step, stages, width) if info.pipelined else 0
     grid = problem.grid() + (splits,)
     if info.specialized:
         grid = (int(blocks) if blocks else min(units, sms),)
@@ -838,6 +878,7 @@ def conv(
     x_bypass_l1: bool = False,
     blocks: int | None = None,
     splits: int | None = None,
+    block_n: int | None = None,
 ):
     """Run one step and return its output (poisoned first, so nothing unwritten can pass)."""
     if out is None:
@@ -857,6 +898,7 @@ def conv(
         x_bypass_l1=x_bypass_l1,
         blocks=blocks,
         splits=splits,
+        block_n=block_n,
     )()
     return out
 
@@ -879,10 +921,11 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
 
 
 # ---- Choosing a step per problem --------------------------------------------------------------------
-# A model, not a timing: each step's tile (128x128, or 128x256 for steps 7-10) cuts the GEMM into tiles;
-# the SMs run them in waves of SMs x blocks per SM (as shared memory, threads and registers allow); a
-# tile costs its padded work, K rounded up to the step's K step, plus its head: what the tile costs
-# besides its K steps (the prologue, the epilogue that no step overlaps with its math), in K steps.
+# A model, not a timing: each step's tile (128x128, 128x256 for steps 7-10, 128x64 for step 11's narrow
+# build) cuts the GEMM into tiles; the SMs run them in waves of SMs x blocks per SM (as shared memory,
+# threads and registers allow); a tile costs its padded work, K rounded up to the step's K step, plus its
+# head: what the tile costs besides its K steps (the prologue, the epilogue that no step overlaps with
+# its math), in K steps.
 # The chapter's depth sweep measures the head of the steps it times (stored_heads); the others are
 # charged one K step. What one SM's blocks reach per second comes from the chapter's own stored run
 # on the source problem: the rate that makes this model give that run's time. A block alone on an SM
@@ -905,28 +948,39 @@ class Choice:
     splits: int = 1  # blocks sharing each tile's K steps (split K); `tiles` counts them all
 
     @property
+    def narrow(self) -> bool:
+        """Built narrower than the step's own tiles (step 11's NARROW_N-wide build)."""
+        return self.tile[1] != step_info(self.step).block_n
+
+    @property
     def kwargs(self) -> dict:
         """The arguments ``launcher`` and ``conv`` take for it."""
         kwargs = {"stages": self.stages} if self.stages is not None else {}
+        kwargs |= {"block_n": self.tile[1]} if self.narrow else {}
         return kwargs | ({"splits": self.splits} if self.splits > 1 else {})
 
     @property
     def name(self) -> str:
-        return stored_name(self.step, self.stages, self.splits)
+        return stored_name(self.step, self.stages, self.splits, self.tile[1])
 
 
-def stored_name(step: int, stages: int | None, splits: int = 1) -> str:
-    """The kernel name of (step, stages) in the chapter's results: the source's stem, the stages where
-    the step has a pipeline, the splits of K where more than one (v6_wgmma_3stages_split15; the chapter
-    named step 5's default v5_epilogue)."""
-    stem = step_info(step).source.rsplit("/", 1)[-1].split(".")[0]
+def stored_name(step: int, stages: int | None, splits: int = 1, block_n: int | None = None) -> str:
+    """The kernel name of (step, stages) in the chapter's results: the source's stem, the tile width where
+    narrower than the step's own, the stages where the step has a pipeline, the splits of K where more
+    than one (v6_wgmma_3stages_split15, v11_ping_pong_64wide_8stages; the chapter named step 5's default
+    v5_epilogue)."""
+    info = step_info(step)
+    stem = info.source.rsplit("/", 1)[-1].split(".")[0]
+    stem += f"_{block_n}wide" if block_n not in (None, info.block_n) else ""
     name = stem if stages is None else f"{stem}_{stages}stages"
     return name + (f"_split{splits}" if splits > 1 else "")
 
 
-def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int | None]]:
-    """Every (step, stages) of the tensor-core steps that ``props``'s GPU (default: this one, or the
-    reference GPU without one) can run on ``problem``; the shape errors of the steps where none can."""
+def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int | None, int]]:
+    """Every (step, stages, block_n) of the tensor-core steps that ``props``'s GPU (default: this one, or
+    the reference GPU without one) can run on ``problem``: each depth at the step's own tile width, and
+    step 11's narrow build at its deepest (its stages are a quarter smaller); the shape errors of the
+    steps where none can."""
     require_problem(problem)
     require_tensor_core_shape(problem)
     props = props or device.target_properties()
@@ -934,25 +988,32 @@ def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int
     for info in REGISTRY:
         if not info.cuda_cpp:
             continue
-        out += [(info.number, d) for d in info.depths if unsupported(info.number, props, d) is None]
+        out += [(info.number, d, n) for d, n in info.builds if unsupported(info.number, props, d, n) is None]
     return out
 
 
 def tile_model(
-    step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1, head: float = 1.0
+    step: int,
+    stages: int | None,
+    problem: Problem,
+    props: dict,
+    splits: int = 1,
+    head: float = 1.0,
+    block_n: int | None = None,
 ) -> tuple:
     """(tile, tiles, slots, waves, padded FLOP per tile) of ``step`` on ``problem``; with ``splits``
     (split K) a tile is one block's share: every output tile counts once per split, over its K steps.
-    ``head``: what a tile costs besides its K steps, in K steps (stored_heads)."""
+    ``head``: what a tile costs besides its K steps, in K steps (stored_heads); ``block_n``: the tile
+    width of the build (default: the step's own)."""
     info = step_info(step)
     m, n, kd = problem.gemm
-    tile = (BLOCK_M, info.block_n)
+    tile = (BLOCK_M, block_n or info.block_n)
     k_step = 64 if info.wgmma else 32
     k_tiles = k_steps(problem, step) if info.wgmma else -(-kd // k_step)
     if splits > 1:
         k_tiles, splits = split_plan(problem, splits, step)
     tiles = -(-m // tile[0]) * -(-n // tile[1]) * splits
-    smem = smem_bytes(step, stages) if info.pipelined else STAGE_BYTES  # steps 2-3: one A and B tile
+    smem = smem_bytes(step, stages, tile[1]) if info.pipelined else STAGE_BYTES  # steps 2-3: one A and B tile
     by_smem = props["smem_per_sm_bytes"] // (smem + SLOT_RESERVED_BYTES)
     by_registers = props["regs_per_sm"] // (info.threads * -(-info.max_registers // 8) * 8)  # 8-register units
     # One block per SM for steps 7-12. A ping-pong block holds two tiles, but its consumers take turns at
@@ -963,9 +1024,17 @@ def tile_model(
     return tile, tiles, slots, waves, tile_flops
 
 
-def _cost(step: int, stages: int | None, problem: Problem, props: dict, splits: int = 1, head: float = 1.0) -> float:
+def _cost(
+    step: int,
+    stages: int | None,
+    problem: Problem,
+    props: dict,
+    splits: int = 1,
+    head: float = 1.0,
+    block_n: int | None = None,
+) -> float:
     """The model's time in units of one SM's time per FLOP: waves x tiles sharing an SM x tile work."""
-    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits, head)
+    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits, head, block_n)
     sharing = min(slots, -(-tiles // props["sms"]))  # blocks on the busiest SM at once
     return waves * sharing * tile_flops
 
@@ -988,39 +1057,41 @@ def split_reduce_ms(problem: Problem, splits: int) -> float:
     return launch_ms() + (4 * splits + 2) * outputs / gbps / 1e6
 
 
-# Step 12's fixup, in K steps of a unit's time: every unit writes its 64 KB fp32 partial and reads its
-# share of all of them back, 2 x 64 KB, where a K step brings 32 KB (WGMMA_STAGE_BYTES).
-FIXUP_HEAD = 2 * 4 * FIXUP_TILE / WGMMA_STAGE_BYTES
-# and its chain of memory round trips, each one DRAM latency: the partial's stores and fence, counting in,
-# seeing the other splits in, reading the shares, counting out.
+# Step 12's fixup waits through a chain of memory round trips, each one DRAM latency: the partial's stores
+# and fence, counting in, seeing the other splits in, reading the shares, counting out.
 FIXUP_ROUND_TRIPS = 5
 
 
-def fixup_ms(problem: Problem, splits: int, props: dict, step: int) -> float:
-    """Step 12's fixup besides its bytes (FIXUP_HEAD): FIXUP_ROUND_TRIPS DRAM latencies (the probes'),
-    and the workspace through DRAM once it outgrows half the L2 (what one side of the H100's L2 holds),
-    written and read once at the machine chapter's copy rate."""
+def fixup_ms(problem: Problem, splits: int, step: int) -> float:
+    """Step 12's fixup: FIXUP_ROUND_TRIPS DRAM latencies (the probes'), and its workspace's traffic. Every
+    unit writes its fp32 partial tile and reads back its share of all of them, all units at once, so the
+    whole workspace goes out and back at the GPU's rate, not an SM's: the machine chapter's copy rate (a
+    copy small enough for the L2 runs about as fast)."""
     from ..harness import quantities
 
     _, splits = split_plan(problem, splits, step)
     workspace = 4 * FIXUP_TILE * problem.tiles(step_info(step).block_n) * splits
     latency_ms = FIXUP_ROUND_TRIPS * quantities.dram_latency_ns()[0] / 1e6
-    if workspace <= props["l2_bytes"] // 2:
-        return latency_ms
     return latency_ms + 2 * workspace / quantities.copy_gbps()[0] / 1e6
 
 
 def estimate_ms(
-    step: int, stages: int | None, problem: Problem, props: dict, rate: float, splits: int = 1, head: float = 1.0
+    step: int,
+    stages: int | None,
+    problem: Problem,
+    props: dict,
+    rate: float,
+    splits: int = 1,
+    head: float = 1.0,
+    block_n: int | None = None,
 ) -> float:
-    """The model's time of (step, stages) on ``problem`` at ``rate`` (its stored_rates entry, calibrated
-    with the same ``head``): the launch, the tiles' work, and split K's partial sums (a second kernel, or
-    step 12's fixup charged to each unit's head)."""
+    """The model's time of (step, stages) at tile width ``block_n`` (default: the step's own) on ``problem``
+    at ``rate`` (its stored_rates entry, calibrated with the same ``head``): the launch, the tiles' work,
+    and split K's partial sums (a second kernel, or step 12's fixup)."""
+    work = _cost(step, stages, problem, props, splits, head, block_n) / rate
     if splits > 1 and step_info(step).fixup:
-        work = _cost(step, stages, problem, props, splits, head + FIXUP_HEAD) / rate
-        return launch_ms() + work + fixup_ms(problem, splits, props, step)
-    reduce_ms = split_reduce_ms(problem, splits) if splits > 1 else 0.0
-    return launch_ms() + _cost(step, stages, problem, props, splits, head) / rate + reduce_ms
+        return launch_ms() + work + fixup_ms(problem, splits, step)
+    return launch_ms() + work + (split_reduce_ms(problem, splits) if splits > 1 else 0.0)
 
 
 # The chapter's depth sweep: the source problem with 64 to 512 input channels, 9 to 72 K steps per tile.
@@ -1053,24 +1124,24 @@ def stored_heads(gpu_slug: str | None = None) -> dict:
 
 
 def stored_rates(props: dict, gpu_slug: str | None = None, heads: dict | None = None) -> dict:
-    """{(step, stages): the model's cost per ms} that make the model (estimate_ms, launch included, each
-    step's ``heads`` entry, default stored_heads) give the chapter's stored times of the source problem
-    (the reference GPU's run, or ``gpu_slug``'s); empty where none is stored."""
+    """{(step, stages, block_n): the model's cost per ms} that make the model (estimate_ms, launch included,
+    each step's ``heads`` entry, default stored_heads) give the chapter's stored times of the source
+    problem (the reference GPU's run, or ``gpu_slug``'s); empty where none is stored."""
     from ..harness import results
 
     rows = results.latest("igemm", gpu_slug or results.REFERENCE_GPU)
     heads = stored_heads(gpu_slug) if heads is None else heads
     launch = launch_ms()
     rates = {}
-    for step, stages in variants(PROBLEM, props):
-        names = [stored_name(step, stages)]
-        if stages == default_stages(step):
+    for step, stages, block_n in variants(PROBLEM, props):
+        names = [stored_name(step, stages, block_n=block_n)]
+        if stages == default_stages(step) and block_n == step_info(step).block_n:
             names.append(stored_name(step, None))  # v5_epilogue: the default depth without its count
         for name in names:
             row = rows.get((name, "source problem", "ms"))
             if row and float(row["value"]) > launch:
-                cost = _cost(step, stages, PROBLEM, props, head=heads.get(step, 1.0))
-                rates[(step, stages)] = cost / (float(row["value"]) - launch)
+                cost = _cost(step, stages, PROBLEM, props, head=heads.get(step, 1.0), block_n=block_n)
+                rates[(step, stages, block_n)] = cost / (float(row["value"]) - launch)
                 break
     return rates
 
@@ -1085,7 +1156,7 @@ def best_step(
     """The step and pipeline depth the model expects fastest on ``problem``, for the GPU ``props``
     describes (default: this one, or the reference GPU without one).
 
-    ``rates`` ({(step, stages): rate}) calibrates each variant with the tile heads ``heads`` ({step: K
+    ``rates`` ({(step, stages, block_n): rate}) calibrates each variant with the tile heads ``heads`` ({step: K
     steps}, one K step where absent); by default both come from the chapter's stored run (stored_heads,
     stored_rates), and given rates come with the heads they were calibrated with (default none). Only
     variants with a rate compete, and only those of ``steps`` where given. Without any (no stored run),
@@ -1105,8 +1176,8 @@ def best_step(
     heads = heads or {}
     timed = [v for v in eligible if v in rates]
 
-    def summary(step, stages, ms, splits=1):
-        tile, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits)
+    def summary(step, stages, block_n, ms, splits=1):
+        tile, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits, block_n=block_n)
         fill = problem.flops / (tiles * tile_flops)
         return Choice(step, stages, tile, tiles, slots, waves, fill, ms, splits)
 
@@ -1119,9 +1190,10 @@ def best_step(
             for s in (range(1, k_steps(problem, v[0]) // 2 + 1) if step_info(v[0]).split_k else (1,))
             if s == 1 or split_plan(problem, s, v[0])[1] == s  # each count of splits once
         ]
-        ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:2]], v[2], heads.get(v[0], 1.0)) for v in timed}
-        step, stages, splits = min(timed, key=lambda v: (ms[v], -v[0], v[2]))
-        return summary(step, stages, ms[(step, stages, splits)], splits)
-    defaults = [v for v in eligible if v[1] == default_stages(v[0])]
-    step, stages = min(defaults, key=lambda v: (_cost(*v, problem, props), -v[0]))
-    return summary(step, stages, None)
+        ms = {v: estimate_ms(v[0], v[1], problem, props, rates[v[:3]], v[3], heads.get(v[0], 1.0), v[2]) for v in timed}
+        # ties: the later step, the wider tile, the fewer splits
+        step, stages, block_n, splits = min(timed, key=lambda v: (ms[v], -v[0], -v[2], v[3]))
+        return summary(step, stages, block_n, ms[(step, stages, block_n, splits)], splits)
+    defaults = [v for v in eligible if v[1] == default_stages(v[0]) and v[2] == step_info(v[0]).block_n]
+    step, stages, block_n = min(defaults, key=lambda v: (_cost(v[0], v[1], problem, props), -v[0]))
+    return summary(step, stages, block_n, None)

@@ -30,6 +30,8 @@ ODD_RUNS = (
     (10, {"stages": 4, "blocks": 1}),
     (11, {"stages": 4}),
     (11, {"stages": 6, "blocks": 1}),
+    (11, {"block_n": 64}),  # the narrow build, at its deepest
+    (11, {"block_n": 64, "stages": 4, "blocks": 1}),
     (12, {"stages": 4, "splits": 3}),  # at most the problem's K steps: a 1x1 layer with one runs unsplit
     (12, {"stages": 6, "splits": 2, "blocks": 2}),
 )
@@ -51,7 +53,7 @@ def main(steps=None) -> int:
     runs = [(1, ig.FIRST_LAYER, {})] + [(step, p, options) for p in ig.ODD_PROBLEMS[:3] for step, options in ODD_RUNS]
     failed = 0
     for step, problem, options in runs:
-        if (steps and step not in steps) or ig.left_out(step, options.get("stages")):
+        if (steps and step not in steps) or ig.left_out(step, options.get("stages"), options.get("block_n")):
             continue
         if "splits" in options:
             options = {**options, "splits": min(options["splits"], ig.k_steps(problem, step))}

@@ -43,7 +43,7 @@ SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 9, 12, 15, 18, 24, 36)  # each leaves every sp
 
 def kernels() -> tuple[str, ...]:
     """Every kernel name this table's rows may carry (a split is timed only as best_step's choice)."""
-    names = {ig.stored_name(info.number, d) for info in ig.REGISTRY if info.cuda_cpp for d in info.depths}
+    names = {ig.stored_name(i.number, d, block_n=n) for i in ig.REGISTRY if i.cuda_cpp for d, n in i.builds}
     return tuple(PREFIX + n for n in ("best_step", *BASELINES, *sorted(names)))
 
 
@@ -55,6 +55,50 @@ def sweep_kernels() -> tuple[str, ...]:
         for d in ig.step_info(step).depths
         for s in SWEEP_SPLITS
     )
+
+
+# The narrow builds are calibrated on the source problem here, not in notebook 05; their step's default
+# build is timed beside them under its own problem name, so the chapter's row of it stays the calibration.
+SOURCE, BESIDE_NARROW = "source problem", "source problem, beside the narrow build"
+
+
+def _narrow_pairs() -> list[tuple[tuple, tuple]]:
+    """((step, stages, block_n) of each narrow build, (step, stages, block_n) of its step's default build)."""
+    return [
+        ((i.number, d, n), (i.number, i.default_stages, i.block_n))
+        for i in ig.REGISTRY
+        for d, n in i.builds
+        if n != i.block_n
+    ]
+
+
+def narrow_kernels() -> tuple[str, ...]:
+    """The kernel names of narrow_calibration's rows."""
+    return tuple(ig.stored_name(s, d, block_n=n) for pair in _narrow_pairs() for s, d, n in pair)
+
+
+def narrow_calibration(*, timer=None, step_launch=None, rng=None) -> list:
+    """Rows of each narrow build on the source problem (problem SOURCE: best_step's rate for it) and of its
+    step's default build in the same run (problem BESIDE_NARROW), each output checked against the float32
+    reference first (a wrong one is printed and gets no row)."""
+    timer, step_launch = timer or _time, step_launch or _step_launch
+    problem, xp = ig.PROBLEM, device.xp()
+    x, w = ig.random_inputs(problem, rng or np.random.default_rng(7), xp)
+    ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+    rows = []
+    for narrow, wide in _narrow_pairs():
+        for (step, stages, block_n), label in ((narrow, SOURCE), (wide, BESIDE_NARROW)):
+            kernel = ig.stored_name(step, stages, block_n=block_n)
+            out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
+            launch = step_launch(step, stages, x, w, out, problem, block_n=block_n)
+            launch()
+            verdict = ig.compare(out, ref, problem, name=f"{kernel} on the {label}")
+            if not verdict.ok:
+                print(verdict)
+                continue
+            ms = float(timer(launch))
+            rows.append({"kernel": kernel, "problem": label, "metric": "ms", "value": ms, "unit": "ms"})
+    return rows
 
 
 def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
@@ -89,8 +133,9 @@ def _time(launch: Callable[[], None]) -> float:
     return timing.benchmark(launch, warmup=WARMUP, repeat=REPEAT).median_ms
 
 
-def _step_launch(step: int, stages, x, w, out, problem: ig.Problem, splits=None):
-    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages, splits=splits)
+def _step_launch(step: int, stages, x, w, out, problem: ig.Problem, splits=None, block_n=None):
+    kwargs = {"block_n": block_n} if block_n not in (None, ig.step_info(step).block_n) else {}
+    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages, splits=splits, **kwargs)
 
 
 def _cudnn_frontend(problem: ig.Problem, x, w, out):
@@ -146,8 +191,11 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
         ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
         launches = []
         makers = [
-            (ig.stored_name(step, stages), lambda p, x, w, out, v=(step, stages): step_launch(*v, x, w, out, p))
-            for step, stages in ig.variants(problem)
+            (
+                ig.stored_name(step, stages, block_n=n),
+                lambda p, x, w, out, v=(step, stages), n=n: step_launch(*v, x, w, out, p, block_n=n),
+            )
+            for step, stages, n in ig.variants(problem)
         ]
         choice = ig.best_step(problem)
         if choice.splits > 1:  # split K: timed as best_step's own row, not as a variant of the table
@@ -186,6 +234,7 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
                     ("step", choice.step, ""),
                     ("stages", choice.stages or 0, ""),
                     ("splits", choice.splits, ""),
+                    ("block_n", choice.tile[1], ""),
                 )
             ]
     return rows
@@ -217,7 +266,8 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
         step = int(at[(PREFIX + "best_step", name, "step")])
         stages = int(at[(PREFIX + "best_step", name, "stages")]) or None
         splits = int(at.get((PREFIX + "best_step", name, "splits"), 1))
-        chosen_name = ig.stored_name(step, stages, splits)
+        block_n = int(at.get((PREFIX + "best_step", name, "block_n"), ig.step_info(step).block_n))
+        chosen_name = ig.stored_name(step, stages, splits, block_n)
         steps = {
             k[0][len(PREFIX) :]: v
             for k, v in at.items()
@@ -228,7 +278,7 @@ def table(rows: list[dict], props: dict | None = None, shapes: dict | None = Non
         base = min(cudnn, key=cudnn.get)
         ratio = cudnn[base] / chosen
         m, n, kd = problem.gemm
-        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props, splits)
+        tile, tiles, slots, waves, tile_flops = ig.tile_model(step, stages, problem, props, splits, block_n=block_n)
         useful = problem.flops / (tiles * tile_flops)
         why = reason(problem, ratio > 1, tiles / (props["sms"] * slots), useful, splits)
         out.append(
@@ -270,7 +320,7 @@ def reason(problem: ig.Problem, won: bool, occupancy: float, useful: float, spli
         return f"padded tiles: {useful:.0%} of the tile work is useful"
     if won:
         return "full waves: our main loop is faster on this shape"
-    return "full waves: cuDNN's main loop is faster (im2col by TMA, overlapped epilogue)"
+    return "full waves: cuDNN's main loop is faster on this shape"
 
 
 def summary(table_rows: list[dict]) -> dict:
@@ -303,7 +353,8 @@ def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict, st
     if not by_depth or max(map(len, by_depth.values())) < 2:
         return None
     stages, measured = max(by_depth.items(), key=lambda kv: len(kv[1]))
-    rate = ig.stored_rates(props)[(step, stages)]
+    rate = ig.stored_rates(props)[(step, stages, ig.step_info(step).block_n)]
+    head = ig.stored_heads().get(step, 1.0)  # as best_step
     problem = SHAPES[SWEEP_SHAPE]
     cudnn = [
         1e3 * float(r["value"])
@@ -314,7 +365,7 @@ def sweep_curves(sweep_rows: list[dict], table_rows: list[dict], props: dict, st
         "step": step,
         "stages": stages,
         "measured_us": dict(sorted(measured.items())),
-        "model_us": {s: 1e3 * ig.estimate_ms(step, stages, problem, props, rate, s) for s in SWEEP_SPLITS},
+        "model_us": {s: 1e3 * ig.estimate_ms(step, stages, problem, props, rate, s, head) for s in SWEEP_SPLITS},
         "cudnn_us": min(cudnn) if cudnn else math.inf,
     }
 
@@ -375,6 +426,7 @@ def main() -> int:
         print("needs a CUDA GPU: the shape table times every step and cuDNN")
         return 1
     start, rows = time.perf_counter(), []
+    results.record(CHAPTER, narrow_calibration())  # before best_step weighs the narrow builds
     for name, problem in SHAPES.items():  # recorded shape by shape: a run cut short keeps what it measured
         if shape_rows := measure({name: problem}):
             results.record(CHAPTER, shape_rows)

@@ -10,15 +10,20 @@
 // phase two ahead of the current one, and a parity wait cannot tell the two apart.
 // Each warpgroup stages and stores its own output (16 KB, one 128x64 box per pass) and meets only its
 // own threads at a barrier. The cost: a 128-wide filter tile per K step where step 10 shared a 256-wide
-// one between both warpgroups, so a third more bytes per product come from L2. sm_90a only.
+// one between both warpgroups, so a third more bytes per product come from L2.
+// Built with -DBLOCK_N=64 its tiles are 128x64 (64x64 wgmma, 64 accumulators, 24 KB stages, so 8 fit):
+// on a layer with 64 output channels a 128-wide tile multiplies as many zeros as filters. sm_90a only.
 #include <cuda_fp16.h>
 #include "hopper.cuh"
 
-constexpr int BM = 128, BN = 128, BK = 64;
-constexpr int CONSUMERS = 2;                    // warpgroups that multiply, a whole 128x128 tile each
+#ifndef BLOCK_N
+#define BLOCK_N 128                             // output channels per tile: 128, or 64
+#endif
+constexpr int BM = 128, BN = BLOCK_N, BK = 64;
+constexpr int CONSUMERS = 2;                    // warpgroups that multiply, a whole 128xBN tile each
 constexpr int THREADS = 128 * (1 + CONSUMERS);  // warpgroup 0 copies
 constexpr int A_BYTES = BM * BK * 2;            // 16 KB: 128 rows of 128 B
-constexpr int B_BYTES = BN * BK * 2;            // 16 KB
+constexpr int B_BYTES = BN * BK * 2;            // 16 KB (8 KB at 64 wide)
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int BOX_COLS = 64;                    // output channels per TMA store box: 128 B per row
 constexpr int BOX_BYTES = BM * BOX_COLS * 2;    // 16 KB: a warpgroup's staging tile, half its output
@@ -30,6 +35,23 @@ constexpr int PASSES = BN / BOX_COLS;
 constexpr int PRODUCER_REGS = 104, CONSUMER_REGS = 200;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// D (64x64, fp32, this warpgroup) += A (64x16) * B (16x64): the 128x64 build's wgmma.
+__device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, 0, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b));
+}
+// The 64xBN wgmma, picked by the accumulators' length (BN / 2 floats per thread).
+template <int n>
+__device__ __forceinline__ void wgmma_64xbn(float (&d)[n], unsigned long long desc_a, unsigned long long desc_b) {
+    if constexpr (n == 64) wgmma_64x128x16(d, desc_a, desc_b);
+    else wgmma_64x64x16(d, desc_a, desc_b);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_map, const void* __restrict__ y_map,
                     int N, int H, int W, int C, int K, int R, int S, int P, int Q, int pad, int stride,
@@ -40,7 +62,7 @@ igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_m
     // The swizzle is a function of address bits 4-9: every tile must start on a 1024-byte boundary.
     const unsigned base = (smem_addr(smem_raw) + 1023) & ~1023u;
     const unsigned full = smem_addr(barriers), empty = full + 8 * STAGES;
-    const unsigned staging = base + STAGES * STAGE_BYTES;   // 1024-aligned: STAGE_BYTES is 32 KB
+    const unsigned staging = base + STAGES * STAGE_BYTES;   // 1024-aligned: STAGE_BYTES is 32 or 24 KB
 
     const int M = N * P * Q;
     const int tiles_n = (K + BN - 1) / BN, tiles = (M + BM - 1) / BM * tiles_n;
@@ -83,7 +105,7 @@ igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_m
     const int group = warpgroup - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const bool issuer = (threadIdx.x & 127) == 0;   // issues this warpgroup's TMA stores
     const unsigned own_staging = staging + group * BOX_BYTES;
-    float lo[64], hi[64];   // rows 0-63 and 64-127 of this warpgroup's tile
+    float lo[BN / 2], hi[BN / 2];   // rows 0-63 and 64-127 of this warpgroup's tile
     int local = group;
     for (int tile = blockIdx.x + group * gridDim.x; tile < tiles; tile += 2 * gridDim.x, local += 2) {
         const int m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
@@ -92,7 +114,7 @@ igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_m
         if (group == 0 && local >= 2) asm volatile("bar.sync 4, 256;\n" ::: "memory");
         if (group == 1) asm volatile("bar.sync 3, 256;\n" ::: "memory");
 #pragma unroll
-        for (int i = 0; i < 64; ++i) { lo[i] = 0.0f; hi[i] = 0.0f; }
+        for (int i = 0; i < BN / 2; ++i) { lo[i] = 0.0f; hi[i] = 0.0f; }
         for (int kt = 0; kt < k_steps; ++kt, ++it) {
             const int stage = it % STAGES;
             mbarrier_wait(full + 8 * stage, (it / STAGES) & 1);
@@ -102,8 +124,8 @@ igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_m
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < BK / 16; ++ks) {   // 16 taps = 32 bytes further along each swizzled row
-                wgmma_64x128x16(lo, smem_desc(a + 32 * ks), smem_desc(b + 32 * ks));
-                wgmma_64x128x16(hi, smem_desc(a + 64 * 128 + 32 * ks), smem_desc(b + 32 * ks));
+                wgmma_64xbn(lo, smem_desc(a + 32 * ks), smem_desc(b + 32 * ks));
+                wgmma_64xbn(hi, smem_desc(a + 64 * 128 + 32 * ks), smem_desc(b + 32 * ks));
             }
             wgmma_commit();
             wgmma_wait<1>();                         // the previous K step's products are done ...
@@ -120,7 +142,7 @@ igemm_v11_ping_pong(const void* __restrict__ x_map, const void* __restrict__ w_m
         fence_accumulators(hi);
         if (lane == 0) mbarrier_arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
 
-        // Epilogue, while the other warpgroup multiplies: two passes of one 128x64 box through this
+        // Epilogue, while the other warpgroup multiplies: BN / 64 passes of one 128x64 box through this
         // warpgroup's staging tile. Lane l of warp `warp` holds rows 16 warp + l / 4 and +8 (lo; hi 64 rows
         // further), columns 8 j + 2 (l % 4) and +1 in lo/hi[4 j .. 4 j + 3]: column 8 j lies at chunk j % 8
         // of its box's 128-byte row. The staging tile is free once the engine has read the last pass's box.
