@@ -89,16 +89,24 @@ def narrow_calibration(*, timer=None, step_launch=None, rng=None) -> list:
     for narrow, wide in _narrow_pairs():
         for (step, stages, block_n), label in ((narrow, SOURCE), (wide, BESIDE_NARROW)):
             kernel = ig.stored_name(step, stages, block_n=block_n)
-            out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
+            out = xp.empty(problem.y_shape, dtype=np.float16)
             launch = step_launch(step, stages, x, w, out, problem, block_n=block_n)
-            launch()
-            verdict = ig.compare(out, ref, problem, name=f"{kernel} on the {label}")
-            if not verdict.ok:
-                print(verdict)
-                continue
-            ms = float(timer(launch))
-            rows.append({"kernel": kernel, "problem": label, "metric": "ms", "value": ms, "unit": "ms"})
+            ms = _checked_ms(launch, out, ref, problem, f"{kernel} on the {label}", timer)
+            if ms is not None:
+                rows.append({"kernel": kernel, "problem": label, "metric": "ms", "value": ms, "unit": "ms"})
     return rows
+
+
+def _checked_ms(launch: Callable[[], None], out, ref, problem: ig.Problem, name: str, timer) -> float | None:
+    """``launch``'s time by ``timer`` once its output, written into ``out`` poisoned first, matches the
+    reference ``ref``; None, with the verdict printed, where it does not."""
+    check.poison(out)
+    launch()
+    verdict = ig.compare(out, ref, problem, name=name)
+    if not verdict.ok:
+        print(verdict)
+        return None
+    return float(timer(launch))
 
 
 def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
@@ -115,15 +123,11 @@ def split_sweep(*, timer=None, step_launch=None, rng=None) -> list:
     for step, splits in ((step, splits) for step in ig.SPLIT_K for splits in SWEEP_SPLITS):
         stages = depth[step]
         kernel = ig.stored_name(step, stages, splits)
-        out = check.poison(xp.empty(problem.y_shape, dtype=np.float16))
+        out = xp.empty(problem.y_shape, dtype=np.float16)
         launch = step_launch(step, stages, x, w, out, problem, splits)
-        launch()
-        verdict = ig.compare(out, ref, problem, name=f"{kernel} on {SWEEP_SHAPE}")
-        if not verdict.ok:
-            print(verdict)
-            continue
-        ms = float(timer(launch))
-        rows.append({"kernel": PREFIX + kernel, "problem": SWEEP_SHAPE, "metric": "ms", "value": ms, "unit": "ms"})
+        ms = _checked_ms(launch, out, ref, problem, f"{kernel} on {SWEEP_SHAPE}", timer)
+        if ms is not None:
+            rows.append({"kernel": PREFIX + kernel, "problem": SWEEP_SHAPE, "metric": "ms", "value": ms, "unit": "ms"})
     return rows
 
 
