@@ -278,15 +278,20 @@ def test_training_step_in_one_call_matches_reference(valid, rng):
     da, db = to_device(a, b)
     g = -1.0 / a.size
     sums, grad = backward.step(da, db, g, valid=valid, out=poisoned(shape))
-    r = common.RADIUS if valid else 0
-    grad_map = np.zeros(shape)
-    grad_map[..., r : shape[2] - r, r : shape[3] - r] = g
-    ref = common.reference_backward(a, b, grad_map)
+    ref = common.reference_backward(a, b, common.mean_grad_map(shape, g, valid=valid))
     check.assert_close(grad, ref, atol=1e-4 * float(np.abs(ref).max()), name="dL/dimg1")
-    ssim = common.reference(a, b)[..., r : shape[2] - r, r : shape[3] - r]
+    ssim = common.reference(a, b)
+    ssim = common.crop_valid(ssim) if valid else ssim
     pixels = ssim[0, 0].size
     want = ssim.reshape(2, -1).sum(axis=1) / pixels
     check.assert_close(check.to_host(sums) / pixels, want, atol=common.MEAN_ATOL, name="mean")
+
+
+def test_mean_grad_map_is_g_where_the_mean_counts_a_pixel():
+    whole = common.mean_grad_map((1, 2, 13, 14), 0.5)
+    assert whole.shape == (1, 2, 13, 14) and np.all(whole == 0.5)
+    valid = common.mean_grad_map((1, 2, 13, 14), 0.5, valid=True)
+    assert np.all(common.crop_valid(valid) == 0.5) and valid.sum() == 0.5 * 2 * 3 * 4
 
 
 def test_training_step_names_what_it_refuses(rng):

@@ -184,9 +184,7 @@ def step(img1, img2, g, *, valid: bool = False, out=None, sums=None):
         check.require_array(sums, "sums", dtype=np.float64, shape=(n * c,))
     if not device.on_gpu():
         ssim_map, *derivs = common.run("V3-1", img1, img2, training=True)
-        mask = xp.zeros((n, c, h, w), dtype=np.float32)
-        r = RADIUS if valid else 0
-        mask[:, :, r : h - r, r : w - r] = 1.0
+        mask = common.mean_grad_map((n, c, h, w), 1.0, valid=valid, xp=xp, dtype=np.float32)
         sums += (ssim_map * mask).reshape(n * c, -1).sum(axis=1, dtype=np.float64)
         run(img1, img2, mask * g_dev.reshape(1, 1, 1, 1), *derivs, out=out)
         return sums, out
