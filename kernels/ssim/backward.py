@@ -159,7 +159,8 @@ def f1_kernel():
 
 
 def f1_launch(shape) -> tuple:
-    """(grid, block) of step.cu for images of ``shape`` (N, C, H, W): one warp per strip of kOut columns."""
+    """(grid, block) of step.cu for images of ``shape`` (N, C, H, W): one block of kThreads threads per
+    strip of kOut columns and kRows rows."""
     n, c, h, w = shape
     k = constants("ssim/step.cu")
     return ((w + k["kOut"] - 1) // k["kOut"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)

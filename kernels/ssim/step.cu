@@ -6,11 +6,11 @@
 // ring of image rows, and stored. So the step reads two images and writes one gradient: three planes
 // instead of the eleven that V13's training mean and B1 move together.
 // The price is recomputation at the edges: a block writes kOut gradient columns but forms the
-// derivatives of kOut + 12 (5 or 6 beyond each side, which the neighbours form too), the last lanes blur
-// derivatives nobody needs, and a strip reads 20 image rows more than it writes. Four warps share a row
-// (a block barrier per row) so that this band is a small part of the block's width.
-// Prediction: no longer bound by DRAM; the arithmetic of V13's training forward (times the band) plus
-// B1's three blurs, issued with the eight DRAM planes of stored maps gone.
+// derivatives of kOut + 12 (6 beyond each side, 5 of them needed, which the neighbours form too), the last
+// threads blur derivatives nobody needs, and a strip reads 20 image rows more than it writes. Four warps
+// share a row (three block barriers per row) so that this band is a small part of the block's width.
+// Prediction: no longer bound by DRAM; at least V13's moments over F1's band, at most that plus B1's
+// time (B1 is bound by its bytes, so its blurs take no longer), with the eight planes of stored maps gone.
 #include <cuda_pipeline.h>
 
 #include "ssim_common.cuh"
@@ -29,9 +29,13 @@ constexpr int kRowLen = kDCols + kLead;            // floats: the taps of every 
 constexpr int kPending = kWindow - 1;
 constexpr int kMaps = 3;    // dm/dmu1, dm/dsigma1^2, dm/dsigma12
 constexpr int kAhead = 3;   // image rows in flight
-constexpr int kRing = 16;   // image row buffers: the rows in flight, the row in use and the 10 before it
+constexpr int kRing = 16;   // image row buffers: 14 needed (the rows in flight, the row in use and the 10
+                            // before it, whose pixels the gradient row takes), rounded up to a power of 2
 constexpr int kUnroll = 2;  // input rows per trip of the row loop
 static_assert(kRing >= kAhead + 1 + 2 * kRadius, "the gradient row's pixels must still be in the ring");
+// 16-byte row copies from x0 - kLead and 8-byte gradient stores at x0 + 2 * lane need these.
+static_assert(kOut % 4 == 0 && kLead % 4 == 0 && kRowLen % 4 == 0, "rows must start 16-byte aligned");
+static_assert(kRowLen / 4 <= kThreads, "one 16-byte chunk of a row per thread at most");
 }  // namespace
 
 template <bool interior>
