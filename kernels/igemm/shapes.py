@@ -138,8 +138,9 @@ def _time(launch: Callable[[], None]) -> float:
 
 
 def _step_launch(step: int, stages, x, w, out, problem: ig.Problem, splits=None, block_n=None):
-    kwargs = {"block_n": block_n} if block_n not in (None, ig.step_info(step).block_n) else {}
-    return ig.launcher(step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages, splits=splits, **kwargs)
+    return ig.launcher(
+        step, x, w, out, pad=problem.pad, stride=problem.stride, stages=stages, splits=splits, block_n=block_n
+    )
 
 
 def _cudnn_frontend(problem: ig.Problem, x, w, out):
