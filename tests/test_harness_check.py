@@ -136,6 +136,19 @@ def test_memcheck_runs_a_script_with_this_checkout_first_on_its_path(monkeypatch
     assert str(Path(check.__file__).resolve().parents[2]) in capsys.readouterr().out.splitlines()
 
 
+def test_sanitizer_tool_is_memcheck_or_racecheck_and_is_passed_on(monkeypatch, capsys, tmp_path):
+    with pytest.raises(ValueError, match=r"tool: expected one of \('memcheck', 'racecheck'\), got 'initcheck'"):
+        check.memcheck(["-c", "pass"], tool="initcheck")
+    sanitizer = tmp_path / "bin" / "compute-sanitizer"
+    sanitizer.parent.mkdir()
+    sanitizer.write_text('#!/bin/sh\necho "tool $2"\n')  # compute-sanitizer --tool NAME ...
+    sanitizer.chmod(0o755)
+    monkeypatch.setattr(check.device, "on_gpu", lambda: True)
+    monkeypatch.setenv("PATH", str(sanitizer.parent))
+    assert check.memcheck(["-c", "pass"], tool="racecheck") is True
+    assert capsys.readouterr().out.splitlines()[0] == "tool racecheck"
+
+
 def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):
     tool = tmp_path / "bin" / "ncu"
     tool.parent.mkdir()

@@ -269,6 +269,50 @@ def test_backward_constant_gradient_matches_reference(rng):
     check.assert_close(got, ref, atol=1e-4 * max(1.0, float(np.abs(ref).max())), name="dL/dimg1")
 
 
+@pytest.mark.parametrize("valid", [False, True])
+def test_training_step_in_one_call_matches_reference(valid, rng):
+    """backward.step: each plane's SSIM sum and dL/dimg1 of g * that sum (of the valid map's, with valid),
+    outputs poisoned first; on a GPU F1 (step.cu), in the simulator the Numba forward and backward."""
+    shape = (2, 1, 13, 17)
+    a, b = common.test_images(shape, seed=rng)
+    da, db = to_device(a, b)
+    g = -1.0 / a.size
+    sums, grad = backward.step(da, db, g, valid=valid, out=poisoned(shape))
+    ref = common.reference_backward(a, b, common.mean_grad_map(shape, g, valid=valid))
+    check.assert_close(grad, ref, atol=1e-4 * float(np.abs(ref).max()), name="dL/dimg1")
+    ssim = common.reference(a, b)
+    ssim = common.crop_valid(ssim) if valid else ssim
+    pixels = ssim[0, 0].size
+    want = ssim.reshape(2, -1).sum(axis=1) / pixels
+    check.assert_close(check.to_host(sums) / pixels, want, atol=common.MEAN_ATOL, name="mean")
+
+
+def test_mean_grad_map_is_g_where_the_mean_counts_a_pixel():
+    whole = common.mean_grad_map((1, 2, 13, 14), 0.5)
+    assert whole.shape == (1, 2, 13, 14) and np.all(whole == 0.5)
+    valid = common.mean_grad_map((1, 2, 13, 14), 0.5, valid=True)
+    assert np.all(common.crop_valid(valid) == 0.5) and valid.sum() == 0.5 * 2 * 3 * 4
+
+
+def test_training_step_names_what_it_refuses(rng):
+    a, b = to_device(*common.test_images((1, 2, 11, 12), seed=rng))
+    xp = device.xp()
+    with pytest.raises(ValueError, match="g: expected one dL/dmap value for every pixel"):
+        backward.step(a, b, xp.zeros(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="g: expected a finite real number"):
+        backward.step(a, b, float("nan"))
+    with pytest.raises(ValueError, match="out must not overlap img1"):
+        backward.step(a, b, 1.0, out=a)
+    with pytest.raises(ValueError, match="out: expected shape"):
+        backward.step(a, b, 1.0, out=xp.zeros((1, 2, 11, 11), dtype=np.float32))
+    with pytest.raises(ValueError, match="sums: expected shape"):
+        backward.step(a, b, 1.0, sums=xp.zeros(1, dtype=np.float64))
+    with pytest.raises(TypeError, match="sums: expected dtype float64"):
+        backward.step(a, b, 1.0, sums=xp.zeros(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="same shape"):
+        backward.step(a, b[:, :1], 1.0)
+
+
 @pytest.mark.parametrize("g", [True, float("nan"), float("inf"), "0.5", None])
 def test_backward_constant_gradient_must_be_a_finite_number(g, rng):
     a, b = to_device(*common.test_images((1, 1, 11, 11), seed=rng))

@@ -21,6 +21,11 @@ def test_the_step_moves_five_planes_forward_and_six_backward():
         training.step_bytes((1, 1, 0, 4))
 
 
+def test_the_step_in_one_kernel_moves_three_planes():
+    plane = 4 * 2 * 3 * 5 * 7
+    assert training.fused_step_bytes((2, 3, 5, 7)) == 3 * plane
+
+
 def test_peers_are_named_with_existing_folders(tmp_path):
     assert training.peers_from_env("") == {}
     assert training.peers_from_env(f"a={tmp_path}, b={tmp_path}") == {"a": str(tmp_path), "b": str(tmp_path)}
@@ -55,6 +60,7 @@ def test_every_kernel_of_the_step_is_timed():
         "V13 training mean",
         "Numba backward",
         "B1 backward",
+        "F1 step",
     ]
     assert all(np.isfinite(r["value"]) and r["value"] > 0 for r in rows)
 
@@ -169,3 +175,15 @@ def test_b1_grid_covers_the_image_with_backward_cu_tiles(shape):
     n, c, h, w = shape
     assert block == (k["kThreads"],) == (32,) and gz == n * c
     assert (gx - 1) * k["kCols"] < w <= gx * k["kCols"] and (gy - 1) * k["kRows"] < h <= gy * k["kRows"]
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 2160, 3840), (2, 1, 11, 11), (1, 2, 145, 129)])
+def test_f1_grid_covers_the_image_with_step_cu_strips(shape):
+    """One block per kOut x kRows gradient tile of step.cu, read from the file; kOut is a multiple of 4
+    (the 16-byte row copies of interior blocks start at x0 - kLead) and leaves the 5-pixel band on each side."""
+    k = cuda_versions.constants("ssim/step.cu")
+    (gx, gy, gz), block = backward.f1_launch(shape)
+    n, c, h, w = shape
+    assert block == (k["kThreads"],) and gz == n * c
+    assert (gx - 1) * k["kOut"] < w <= gx * k["kOut"] and (gy - 1) * k["kRows"] < h <= gy * k["kRows"]
+    assert k["kOut"] % 4 == 0 and k["kLead"] % 4 == 0 and k["kOut"] + 2 * 5 < k["kDCols"]

@@ -252,12 +252,18 @@ def cuda_tool(name: str, shown: str) -> str | None:
     return path
 
 
-def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None:
+SANITIZER_TOOLS = ("memcheck", "racecheck")
+
+
+def memcheck(args: list[str], timeout: int = 900, tail: int = 25, tool: str = "memcheck") -> bool | None:
     """Run ``python *args`` from the repository's root under compute-sanitizer's memcheck, which reports
-    an out-of-bounds or misaligned access even where it does not change a result; print the end of
-    its report and a verdict. True if clean; without a GPU or compute-sanitizer, one line and None."""
+    an out-of-bounds or misaligned access even where it does not change a result (``tool="racecheck"``:
+    shared-memory races between threads of a block); print the end of its report and a verdict. True if
+    clean; without a GPU or compute-sanitizer, one line and None."""
     if isinstance(args, str) or not all(isinstance(a, str) for a in args):
         raise TypeError(f"args: expected a list of strings such as ['-m', 'kernels.igemm.memcheck'], got {args!r}")
+    if tool not in SANITIZER_TOOLS:
+        raise ValueError(f"tool: expected one of {SANITIZER_TOOLS}, got {tool!r}")
     sanitizer = cuda_tool("compute-sanitizer", "its verdict")
     if not sanitizer:
         return None
@@ -269,7 +275,7 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
         [
             sanitizer,
             "--tool",
-            "memcheck",
+            tool,
             "--report-api-errors",
             "no",
             "--error-exitcode",
@@ -288,7 +294,7 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25) -> bool | None
     verdict = {0: "clean", MEMCHECK_ERRORS: "errors found (report above)"}.get(
         proc.returncode, f"FAILED: the program exited with {proc.returncode}"
     )
-    print("memcheck:", verdict)
+    print(f"{tool}:", verdict)
     return proc.returncode == 0
 
 

@@ -14,6 +14,7 @@ from numba import cuda, float32
 
 from kernels.harness import check, cuda_cpp, device
 
+from . import common
 from .common import GAUSS, RADIUS, WINDOW, planes, tile_params, validate
 from .cuda_versions import constants
 
@@ -114,15 +115,7 @@ def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):
     the host). On a GPU the CUDA C++ kernel (backward.cu); in the simulator the Numba kernel on a
     constant map."""
     xp = device.xp()
-    if hasattr(g, "shape"):
-        check.require_array(g, "g", dtype=np.float32)
-        if g.size != 1:
-            raise ValueError(f"g: expected one dL/dmap value for every pixel, got an array of shape {g.shape}")
-        g_dev = g.reshape(1)
-    elif isinstance(g, bool) or not isinstance(g, (int, float, np.integer, np.floating)) or not np.isfinite(g):
-        raise ValueError(f"g: expected a finite real number or a one-element device array, got {g!r}")
-    else:
-        g_dev = xp.full(1, g, dtype=np.float32)
+    g_dev = _device_g(g)
     if not device.on_gpu():
         grad = xp.broadcast_to(g_dev.reshape(1, 1, 1, 1), tuple(img1.shape)).copy()
         return run(img1, img2, grad, d_mu1, d_s11, d_s12, out=out)
@@ -141,8 +134,62 @@ def run_constant(img1, img2, d_mu1, d_s11, d_s12, g, *, out=None):
     return out
 
 
+def _device_g(g):
+    """dL/dmap as a one-element float32 device array: ``g`` itself if it is one, else a new one holding it."""
+    if hasattr(g, "shape"):
+        check.require_array(g, "g", dtype=np.float32)
+        if g.size != 1:
+            raise ValueError(f"g: expected one dL/dmap value for every pixel, got an array of shape {g.shape}")
+        return g.reshape(1)
+    if isinstance(g, bool) or not isinstance(g, (int, float, np.integer, np.floating)) or not np.isfinite(g):
+        raise ValueError(f"g: expected a finite real number or a one-element device array, got {g!r}")
+    return device.xp().full(1, g, dtype=np.float32)
+
+
 def b1_launch(shape) -> tuple:
     """(grid, block) of backward.cu for images of ``shape`` (N, C, H, W): one warp per output tile."""
     n, c, h, w = shape
     k = constants("ssim/backward.cu")
     return ((w + k["kCols"] - 1) // k["kCols"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)
+
+
+@cache
+def f1_kernel():
+    return cuda_cpp.load("ssim/step.cu", "ssim_step_f1")
+
+
+def f1_launch(shape) -> tuple:
+    """(grid, block) of step.cu for images of ``shape`` (N, C, H, W): one block of kThreads threads per
+    strip of kOut columns and kRows rows."""
+    n, c, h, w = shape
+    k = constants("ssim/step.cu")
+    return ((w + k["kOut"] - 1) // k["kOut"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)
+
+
+def step(img1, img2, g, *, valid: bool = False, out=None, sums=None):
+    """A whole training step of the loss g * (sum of the SSIM map, or of its valid map): (each plane's
+    SSIM sum, float64 device array of N*C values; dL/dimg1), not synchronized. ``g`` as for
+    ``run_constant``; ``sums`` (N*C float64, zeroed by the caller) and ``out`` may be given. On a GPU one
+    launch of step.cu (F1), which stores no derivative map; in the simulator a Numba forward and ``run``."""
+    n, c, h, w = validate(img1, img2)
+    xp = device.xp()
+    g_dev = _device_g(g)
+    if out is None:
+        out = xp.empty((n, c, h, w), dtype=np.float32)
+    else:
+        check.require_array(out, "out", dtype=np.float32, shape=(n, c, h, w))
+        check.require_output(out, "out", {"img1": img1, "img2": img2})
+    if sums is None:
+        sums = xp.zeros(n * c, dtype=np.float64)
+    else:
+        check.require_array(sums, "sums", dtype=np.float64, shape=(n * c,))
+    if not device.on_gpu():
+        ssim_map, *derivs = common.run("V3-1", img1, img2, training=True)
+        mask = common.mean_grad_map((n, c, h, w), 1.0, valid=valid, xp=xp, dtype=np.float32)
+        sums += (ssim_map * mask).reshape(n * c, -1).sum(axis=1, dtype=np.float64)
+        run(img1, img2, mask * g_dev.reshape(1, 1, 1, 1), *derivs, out=out)
+        return sums, out
+    grid, block = f1_launch((n, c, h, w))
+    args = (planes(img1), planes(img2), planes(out), sums, np.int32(h), np.int32(w), np.int32(valid), g_dev)
+    f1_kernel()(grid, block, args)
+    return sums, out

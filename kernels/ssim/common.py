@@ -128,6 +128,15 @@ def reference_backward(img1, img2, grad_map, *, wrt: str = "img1"):
     return blur(g * dmu1) + 2 * x * blur(g * ds11) + y * blur(g * ds12)
 
 
+def mean_grad_map(shape, g, *, valid: bool = False, xp=np, dtype=np.float64):
+    """dL/dmap of the loss g * (sum of the map, or with ``valid`` of the valid map): ``g`` where the sum
+    counts a pixel, zero on the border it leaves out."""
+    grad = xp.zeros(shape, dtype=dtype)
+    r = RADIUS if valid else 0
+    grad[..., r : shape[-2] - r, r : shape[-1] - r] = g
+    return grad
+
+
 def crop_valid(ssim_map):
     """The 'valid' map: drop the RADIUS-pixel border where the window reaches into the zero padding."""
     if len(ssim_map.shape) < 2 or min(ssim_map.shape[-2:]) < WINDOW:

@@ -56,6 +56,11 @@ def step_bytes(shape) -> dict:
     return {"forward": 5 * plane, "backward": 6 * plane}
 
 
+def fused_step_bytes(shape) -> int:
+    """DRAM bytes of the step in one kernel (F1): both images read, the gradient written, no map stored."""
+    return 3 * step_bytes(shape)["forward"] // 5
+
+
 def kernel_rows(shape, repeat: int = 50) -> list[dict]:
     """The step's kernels alone (GPU held, CUDA events around each launch): ms per launch."""
     import cupy
@@ -73,6 +78,7 @@ def kernel_rows(shape, repeat: int = 50) -> list[dict]:
         "V13 training mean": lambda: module.launch_mean("V13", a, b, sums, False, derivs),
         "Numba backward": lambda: backward.run(a, b, grad, *derivs, out=out),
         "B1 backward": lambda: backward.run_constant(a, b, *derivs, g, out=out),
+        "F1 step": lambda: backward.step(a, b, g, out=out, sums=sums),
     }
     problem = "x".join(map(str, shape))
     return [
