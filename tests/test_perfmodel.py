@@ -104,6 +104,15 @@ def test_blocks_per_sm_limits():
     assert pm.blocks_per_sm(64, 48, 0, sub_partitions=1) == 21
 
 
+def test_register_warps_beside_counts_the_rest_of_each_sub_partition():
+    # 48 registers: 10 warps of 1,536 in each 16,384-register share leave 1,024, one warp of 32 registers
+    assert pm.register_warps_beside(48, 32) == 4
+    assert pm.register_warps_beside(48, 33) == 0  # 33 registers take 1,280 a warp
+    # 150 registers: 3 warps of 4,864 leave 1,792, less than a 127-register warp's 4,096
+    assert pm.register_warps_beside(150, 127) == 0
+    assert pm.register_warps_beside(128, 128) == 0  # a full register file leaves nothing
+
+
 def test_predict_compute_and_memory_bound():
     w = pm.weights(4.0, 1.0, 2.0)
     p = pm.predict(1e9, pm.Counts(1, 0, 0), w, peak_gflops=1000.0)

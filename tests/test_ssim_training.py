@@ -65,6 +65,21 @@ def test_every_kernel_of_the_step_is_timed():
     assert all(np.isfinite(r["value"]) and r["value"] > 0 for r in rows)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+def test_the_pair_is_timed_alone_in_turn_and_side_by_side():
+    rows = training.side_by_side_rows((1, 3, 64, 128), repeat=3)
+    assert [r["kernel"] for r in rows] == list(training.SIDE_BY_SIDE)
+    assert all(np.isfinite(r["value"]) and r["value"] > 0 and r["problem"] == "1x3x64x128" for r in rows)
+
+
+def test_the_pair_side_by_side_needs_a_gpu():
+    if device.MODE == device.GPU:
+        pytest.skip("a GPU is here")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        training.side_by_side_rows((1, 3, 64, 128))
+
+
 def test_peers_are_pinned_and_built_for_this_gpu():
     from build_ssim_peers import PEERS, for_this_gpu
 

@@ -166,6 +166,17 @@ def register_warps(registers: int, regs_per_sm: int = 65536, reg_granule: int = 
     return regs_per_sm // sub_partitions // per_warp * sub_partitions
 
 
+def register_warps_beside(
+    full: int, other: int, regs_per_sm: int = 65536, reg_granule: int = 256, sub_partitions: int = 4
+) -> int:
+    """Warps of a kernel with ``other`` registers a thread that still fit in an SM's register file once it
+    holds as many warps of a kernel with ``full`` registers as it can (each sub-partition's share apart)."""
+    share = regs_per_sm // sub_partitions
+    per_warp = {r: math.ceil(r * 32 / reg_granule) * reg_granule for r in (full, other)}
+    left = share - share // per_warp[full] * per_warp[full]
+    return left // per_warp[other] * sub_partitions
+
+
 def _eta(efficiency, warps: int) -> float:
     eta = efficiency(warps) if efficiency else 1.0
     if not 0 < eta <= 1:

@@ -93,6 +93,60 @@ def kernel_rows(shape, repeat: int = 50) -> list[dict]:
     ]
 
 
+SIDE_BY_SIDE = ("pair: forward", "pair: backward", "pair: one stream", "pair: two streams")
+
+
+def side_by_side_rows(shape, repeat: int = 50) -> list[dict]:
+    """The step's two kernels on two independent problems of ``shape``: V13's training mean on one, B1 on
+    the other, each alone, one after the other, and side by side on two streams (ms per launch or pair,
+    CUDA events around it, the GPU held), rows named as in SIDE_BY_SIDE."""
+    if device.MODE != device.GPU:
+        raise RuntimeError("side_by_side_rows: timing needs a GPU")
+    import cupy
+
+    def problem(seed):
+        a, b = (cupy.asarray(x) for x in common.test_images(shape, kind="structured", seed=seed))
+        derivs = tuple(cupy.empty_like(a) for _ in common.DERIV_NAMES)
+        return a, b, derivs, cupy.empty_like(a), cupy.zeros(a.shape[0] * a.shape[1], dtype=np.float64)
+
+    (a, b, d, _, sums), (a2, b2, d2, out2, _) = problem(1), problem(2)
+    g = cupy.full(1, -1.0 / a.size, dtype=np.float32)
+    module = common.version_module("V13")
+    module.launch_mean("V13", a2, b2, sums, False, d2)  # the backward's maps: a real forward's
+
+    def forward():
+        module.launch_mean("V13", a, b, sums, False, d)
+
+    def backward_():
+        backward.run_constant(a2, b2, *d2, g, out=out2)
+
+    # Streams that wait for the default stream and that it waits for (not non-blocking): the events
+    # timing.benchmark records on the default stream then bracket the work of both.
+    streams = [cupy.cuda.Stream(non_blocking=False) for _ in range(2)]
+
+    def one_stream():
+        forward()
+        backward_()
+
+    def two_streams():
+        for stream, launch in zip(streams, (forward, backward_), strict=True):
+            with stream:
+                launch()
+
+    launches = dict(zip(SIDE_BY_SIDE, (forward, backward_, one_stream, two_streams), strict=True))
+    problem_name = "x".join(map(str, shape))
+    return [
+        {
+            "kernel": name,
+            "problem": problem_name,
+            "metric": "ms",
+            "unit": "ms",
+            "value": timing.benchmark(fn, repeat=repeat).median_ms,
+        }
+        for name, fn in launches.items()
+    ]
+
+
 def _worker(name: str, shape: tuple, repeat: int) -> dict:
     """Time and check one candidate in this process: {metric: value}."""
     import torch
