@@ -159,11 +159,15 @@ def blocks_per_sm(
     return max(0, min(limits))
 
 
+def _warp_registers(registers: int, reg_granule: int) -> int:
+    """Registers one warp is allocated at ``registers`` per thread: whole granules."""
+    return math.ceil(registers * 32 / reg_granule) * reg_granule
+
+
 def register_warps(registers: int, regs_per_sm: int = 65536, reg_granule: int = 256, sub_partitions: int = 4) -> int:
     """Warps an SM's register file holds at ``registers`` per thread: whole warps in each
     sub-partition's share (cudaOccMaxBlocksPerSMRegsLimit), so 48 registers give 40 warps, not 42."""
-    per_warp = math.ceil(registers * 32 / reg_granule) * reg_granule
-    return regs_per_sm // sub_partitions // per_warp * sub_partitions
+    return regs_per_sm // sub_partitions // _warp_registers(registers, reg_granule) * sub_partitions
 
 
 def register_warps_beside(
@@ -171,10 +175,8 @@ def register_warps_beside(
 ) -> int:
     """Warps of a kernel with ``other`` registers a thread that still fit in an SM's register file once it
     holds as many warps of a kernel with ``full`` registers as it can (each sub-partition's share apart)."""
-    share = regs_per_sm // sub_partitions
-    per_warp = {r: math.ceil(r * 32 / reg_granule) * reg_granule for r in (full, other)}
-    left = share - share // per_warp[full] * per_warp[full]
-    return left // per_warp[other] * sub_partitions
+    left = regs_per_sm // sub_partitions % _warp_registers(full, reg_granule)  # per sub-partition
+    return register_warps(other, left * sub_partitions, reg_granule, sub_partitions)
 
 
 def _eta(efficiency, warps: int) -> float:
