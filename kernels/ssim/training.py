@@ -61,15 +61,22 @@ def fused_step_bytes(shape) -> int:
     return 3 * step_bytes(shape)["forward"] // 5
 
 
+def _step_arrays(shape, seed: int) -> tuple:
+    """On the GPU, for timing a step at ``shape``: the two images (structured, ``seed``), three derivative
+    maps and an output, the planes' float64 sums and dL/dmap of the mean loss as a device number."""
+    import cupy
+
+    a, b = (cupy.asarray(x) for x in common.test_images(shape, kind="structured", seed=seed))
+    derivs = tuple(cupy.empty_like(a) for _ in common.DERIV_NAMES)
+    sums = cupy.zeros(a.shape[0] * a.shape[1], dtype=np.float64)
+    return a, b, derivs, cupy.empty_like(a), sums, cupy.full(1, -1.0 / a.size, dtype=np.float32)
+
+
 def kernel_rows(shape, repeat: int = 50) -> list[dict]:
     """The step's kernels alone (GPU held, CUDA events around each launch): ms per launch."""
     import cupy
 
-    a, b = (cupy.asarray(x) for x in common.test_images(shape, kind="structured", seed=1))
-    out = cupy.empty_like(a)
-    derivs = tuple(cupy.empty_like(a) for _ in common.DERIV_NAMES)
-    sums = cupy.zeros(a.shape[0] * a.shape[1], dtype=np.float64)
-    g = cupy.full(1, -1.0 / a.size, dtype=np.float32)
+    a, b, derivs, out, sums, g = _step_arrays(shape, seed=1)
     grad = cupy.full(a.shape, -1.0 / a.size, dtype=np.float32)
     module = common.version_module("V13")
     launches = {
@@ -104,13 +111,8 @@ def side_by_side_rows(shape, repeat: int = 50) -> list[dict]:
         raise RuntimeError("side_by_side_rows: timing needs a GPU")
     import cupy
 
-    def problem(seed):
-        a, b = (cupy.asarray(x) for x in common.test_images(shape, kind="structured", seed=seed))
-        derivs = tuple(cupy.empty_like(a) for _ in common.DERIV_NAMES)
-        return a, b, derivs, cupy.empty_like(a), cupy.zeros(a.shape[0] * a.shape[1], dtype=np.float64)
-
-    (a, b, d, _, sums), (a2, b2, d2, out2, _) = problem(1), problem(2)
-    g = cupy.full(1, -1.0 / a.size, dtype=np.float32)
+    a, b, d, _, sums, g = _step_arrays(shape, seed=1)
+    a2, b2, d2, out2, _, _ = _step_arrays(shape, seed=2)
     module = common.version_module("V13")
     module.launch_mean("V13", a2, b2, sums, False, d2)  # the backward's maps: a real forward's
 
