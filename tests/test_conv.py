@@ -707,6 +707,23 @@ def test_cudnn_baseline_says_in_one_line_why_it_cannot_run():
         cudnn_baseline.CudnnConv(GPU_PROBLEMS[1])
 
 
+def test_gemm_shape_holds_the_problems_multiply_adds():
+    for p in common.PROBLEMS.values():
+        m, n, k = cudnn_baseline.gemm_shape(p)
+        assert (m, n, k) == (p.n * p.h * p.w, p.k, 9 * p.c)
+        assert 2 * m * n * k == p.flops
+
+
+def test_sgemm_reference_refuses_tf32_and_a_machine_without_gpu(monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "1")
+    with pytest.raises(RuntimeError, match="TF32"):
+        cudnn_baseline.sgemm_gflops(GPU_PROBLEMS[1])
+    monkeypatch.delenv("CUPY_TF32")
+    if device.MODE != device.GPU:
+        with pytest.raises(RuntimeError, match="needs a GPU"):
+            cudnn_baseline.sgemm_gflops(GPU_PROBLEMS[1])
+
+
 def test_cudnn_graph_refuses_an_unknown_layout():
     from kernels.harness import cudnn_conv
 

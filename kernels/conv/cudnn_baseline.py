@@ -5,13 +5,19 @@ Plans that use tensor cores (TF32) are deselected, so cuDNN computes in FP32 lik
 offers different FP32 plans for the two layouts, so the chapter times both -- NHWC input with KRSC
 filters and NCHW with KCRS -- and the faster is the baseline. Optional: needs the
 nvidia-cudnn-frontend and nvidia-cudnn wheels (requirements-gpu.txt) and a GPU.
+
+Beside it, a reference that is not a convolution: cuBLAS's SGEMM on the same multiply-adds as one
+matrix product (``gemm_shape``), the im2col matrix already built. It shows what NVIDIA's FP32 GEMM
+reaches at the problem's shape without a convolution's gather.
 """
 
 from __future__ import annotations
 
+import os
+
 from ..harness import cudnn_conv, device
 from ..harness.cudnn_conv import LAYOUTS, version  # noqa: F401  (the layouts timed; the cuDNN they run on)
-from .common import Problem
+from .common import Problem, R, S
 
 
 def unavailable() -> str | None:
@@ -41,3 +47,30 @@ class CudnnConv(cudnn_conv.ConvFprop):
         if self.layout == "nhwc":
             x, f = x.transpose(0, 2, 3, 1), f.transpose(0, 2, 3, 1)
         return cupy.ascontiguousarray(x), cupy.ascontiguousarray(f)
+
+
+def gemm_shape(p: Problem) -> tuple[int, int, int]:
+    """(M, N, K) of the convolution as one GEMM: an output pixel per row, an output channel per column,
+    and a (channel, tap) pair per step of the sum, so that 2 M N K = ``p.flops``."""
+    return p.pixels, p.k, p.c * R * S
+
+
+def sgemm_gflops(p: Problem, repeat: int = 20) -> float:
+    """cuBLAS's FP32 SGEMM (CuPy's matmul) at ``gemm_shape(p)`` on random operands: GFLOP/s of the median
+    of ``repeat`` timed calls. CuPy uses TF32 only when CUPY_TF32=1, which is refused here."""
+    if os.environ.get("CUPY_TF32", "0") != "0":
+        raise RuntimeError("sgemm_gflops: CUPY_TF32 is set, so CuPy's matmul would use TF32; unset it for FP32")
+    if device.MODE != device.GPU:
+        raise RuntimeError("sgemm_gflops: needs a GPU")
+    import cupy
+    import numpy as np
+
+    from ..harness import timing
+
+    m, n, k = gemm_shape(p)
+    rng = cupy.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    c = cupy.empty((m, n), dtype=np.float32)
+    ms = timing.benchmark(lambda: cupy.matmul(a, b, out=c), warmup=3, repeat=repeat).median_ms
+    return p.flops / (ms * 1e-3) / 1e9
