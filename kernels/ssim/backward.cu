@@ -101,51 +101,26 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
 
     // x-pass: pixel t of the 14 read from element 2 * lane + 2 is tap t - 1 of column 0, t - 2 of column 1.
     float hx[kColsPerThread][kMaps] = {};
+    const float2* p[kMaps];
 #pragma unroll
-    for (int m = 0; m < kMaps; ++m) {
-      const float2* p = reinterpret_cast<const float2*>(rows[m][buf]) + lane + 1;
-#pragma unroll
-      for (int pair = 0; pair < 7; ++pair) {
-        const float2 v2 = p[pair];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = 2 * pair + e;
-#pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j) {
-            const int k = t - 1 - j;
-            if (k < 0 || k >= kWindow) continue;  // resolved at compile time
-            hx[j][m] = fmaf(kGauss[k], e ? v2.y : v2.x, hx[j][m]);
-          }
-        }
-      }
-    }
+    for (int m = 0; m < kMaps; ++m) p[m] = reinterpret_cast<const float2*>(rows[m][buf]) + lane + 1;
+    xpass_maps(p, hx);
     // y-pass: shifting partial sums; done[j][m] completes output row (input row - 5).
     float done[kColsPerThread][kMaps];
 #pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j)
-#pragma unroll
-      for (int m = 0; m < kMaps; ++m) {
-        float* p = pending[j][m];
-        done[j][m] = fmaf(kGauss[kWindow - 1], hx[j][m], p[0]);
-#pragma unroll
-        for (int i = 0; i < kPending - 1; ++i) p[i] = fmaf(kGauss[kPending - 1 - i], hx[j][m], p[i + 1]);
-        p[kPending - 1] = kGauss[0] * hx[j][m];
-      }
+    for (int j = 0; j < kColsPerThread; ++j) ypass_shift(pending[j], hx[j], done[j]);
     if (r >= 2 * kRadius) {
       const size_t i = out_row + x;
       out_row += w;
       const float2 a = reinterpret_cast<const float2*>(pix[0][buf])[lane];
       const float2 b = reinterpret_cast<const float2*>(pix[1][buf])[lane];
       if constexpr (interior) {  // both columns inside and i even: one 8-byte store
-        float2 d;
-        d.x = g * fmaf(b.x, done[0][2], fmaf(2.f * a.x, done[0][1], done[0][0]));
-        d.y = g * fmaf(b.y, done[1][2], fmaf(2.f * a.y, done[1][1], done[1][0]));
-        *reinterpret_cast<float2*>(dimg1 + i) = d;
+        *reinterpret_cast<float2*>(dimg1 + i) =
+            make_float2(gradient(g, a.x, b.x, done[0]), gradient(g, a.y, b.y, done[1]));
       } else {
 #pragma unroll
         for (int j = 0; j < kColsPerThread; ++j)
-          if (x + j < w)
-            dimg1[i + j] = g * fmaf(j ? b.y : b.x, done[j][2], fmaf(2.f * (j ? a.y : a.x), done[j][1], done[j][0]));
+          if (x + j < w) dimg1[i + j] = gradient(g, j ? a.y : a.x, j ? b.y : b.x, done[j]);
       }
     }
     __syncwarp();  // buffer r % kStages is refilled in the next step

@@ -96,19 +96,49 @@ __device__ __forceinline__ void xpass_pair(const float2* p1, const float2* p2, f
   }
 }
 
-// V6, V9, V10 (V4's shifting partial sums): the y-pass of one column's five moments for one input row
-// with x-pass values h5. p[m][i] holds moment m of output row (this input row - 5 + i) summed so far:
-// done[m] gets output row (input row - 5)'s completed sum, the others move down one slot with their
-// tap added, and p[m][9] starts the newest row.
-__device__ __forceinline__ void ypass_shift(float p[kMoments][kWindow - 1], const float h5[kMoments],
-                                            float done[kMoments]) {
+// V6, V9, V10, B1, F1 (V4's shifting partial sums): the y-pass of one column's M sums (five moments in
+// V6-V10, three maps in B1, both in F1) for one input row with x-pass values h. p[m][i] holds sum m of
+// output row (this input row - 5 + i) so far: done[m] gets output row (input row - 5)'s completed sum,
+// the others move down one slot with their tap added, and p[m][9] starts the newest row.
+template <int M>
+__device__ __forceinline__ void ypass_shift(float (&p)[M][kWindow - 1], const float (&h)[M], float (&done)[M]) {
 #pragma unroll
-  for (int m = 0; m < kMoments; ++m) {
-    done[m] = fmaf(kGauss[kWindow - 1], h5[m], p[m][0]);  // the last input row this output row needs
+  for (int m = 0; m < M; ++m) {
+    done[m] = fmaf(kGauss[kWindow - 1], h[m], p[m][0]);  // the last input row this output row needs
 #pragma unroll
-    for (int i = 0; i < kWindow - 2; ++i) p[m][i] = fmaf(kGauss[kWindow - 2 - i], h5[m], p[m][i + 1]);
-    p[m][kWindow - 2] = kGauss[0] * h5[m];  // the first input row output row (this + 10) needs
+    for (int i = 0; i < kWindow - 2; ++i) p[m][i] = fmaf(kGauss[kWindow - 2 - i], h[m], p[m][i + 1]);
+    p[m][kWindow - 2] = kGauss[0] * h[m];  // the first input row output row (this + 10) needs
   }
+}
+
+// B1, F1 (two adjacent columns per thread): the x-pass of M rows of derivative maps, added to h, from
+// the 7 8-byte words p[m][0..6] of each, whose pixel t is tap t - 1 - j of column j. Unlike xpass_pair,
+// the values are blurred as they are: no shift, no products.
+template <int M>
+__device__ __forceinline__ void xpass_maps(const float2* const (&p)[M], float (&h)[2][M]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int pair = 0; pair < 7; ++pair) {
+      const float2 v2 = p[m][pair];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = 2 * pair + e;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int k = t - 1 - j;
+          if (k < 0 || k >= kWindow) continue;  // resolved at compile time
+          h[j][m] = fmaf(kGauss[k], e ? v2.y : v2.x, h[j][m]);
+        }
+      }
+    }
+  }
+}
+
+// B1, F1: dL/dimg1 at one pixel from its blurred derivative maps d (dm/dmu1, dm/dsigma1^2, dm/dsigma12)
+// and the two images' pixels a and b; g is dL/dmap.
+__device__ __forceinline__ float gradient(float g, float a, float b, const float (&d)[3]) {
+  return g * fmaf(b, d[2], fmaf(2.f * a, d[1], d[0]));
 }
 
 // V7, V8: the same y-pass on a ring of sums, slot s of sum[m] holding the output row whose index is s

@@ -109,15 +109,7 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     }
     float moments[kColsPerThread][kMoments4];
 #pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j)
-#pragma unroll
-      for (int m = 0; m < kMoments4; ++m) {
-        float* p = fwd[j][m];
-        moments[j][m] = fmaf(kGauss[kWindow - 1], h4[j][m], p[0]);
-#pragma unroll
-        for (int i = 0; i < kPending - 1; ++i) p[i] = fmaf(kGauss[kPending - 1 - i], h4[j][m], p[i + 1]);
-        p[kPending - 1] = kGauss[0] * h4[j][m];
-      }
+    for (int j = 0; j < kColsPerThread; ++j) ypass_shift(fwd[j], h4[j], moments[j]);
     if (r < 2 * kRadius) continue;  // no derivative row is complete yet
 
     // The derivative row yd: zero outside the image (the backward's blur is zero-padded) and, for the
@@ -141,44 +133,21 @@ __device__ __forceinline__ void strip(const float* __restrict__ img1, const floa
     for (int m = 0; m < kMaps; ++m) reinterpret_cast<float2*>(drow[m])[lane] = make_float2(d[0][m], d[1][m]);
     __syncthreads();
 
-    // Backward x-pass (B1) on the derivative row: the same 14 pixels from element 2 * lane.
+    // Backward x-pass and y-pass (B1) on the derivative row: the same 14 pixels from element 2 * lane.
     float hx[kColsPerThread][kMaps] = {};
+    const float2* dp[kMaps];
 #pragma unroll
-    for (int m = 0; m < kMaps; ++m) {
-      const float2* p = reinterpret_cast<const float2*>(drow[m]) + lane;
-#pragma unroll
-      for (int pair = 0; pair < 7; ++pair) {
-        const float2 v2 = p[pair];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = 2 * pair + e;
-#pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j) {
-            const int k = t - 1 - j;
-            if (k < 0 || k >= kWindow) continue;
-            hx[j][m] = fmaf(kGauss[k], e ? v2.y : v2.x, hx[j][m]);
-          }
-        }
-      }
-    }
+    for (int m = 0; m < kMaps; ++m) dp[m] = reinterpret_cast<const float2*>(drow[m]) + lane;
+    xpass_maps(dp, hx);
     float done[kColsPerThread][kMaps];
 #pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j)
-#pragma unroll
-      for (int m = 0; m < kMaps; ++m) {
-        float* p = bwd[j][m];
-        done[j][m] = fmaf(kGauss[kWindow - 1], hx[j][m], p[0]);
-#pragma unroll
-        for (int i = 0; i < kPending - 1; ++i) p[i] = fmaf(kGauss[kPending - 1 - i], hx[j][m], p[i + 1]);
-        p[kPending - 1] = kGauss[0] * hx[j][m];
-      }
+    for (int j = 0; j < kColsPerThread; ++j) ypass_shift(bwd[j], hx[j], done[j]);
     if (r >= 4 * kRadius && lane < kOutLanes) {  // gradient row y0 - 20 + r, its pixels in input row r - 10
       const int pix = (r - 2 * kRadius) % kRing;
       const float2 u = reinterpret_cast<const float2*>(rows1[pix])[kLead / 2 + lane];
       const float2 v = reinterpret_cast<const float2*>(rows2[pix])[kLead / 2 + lane];
       const size_t i = plane + static_cast<size_t>(y0 - 4 * kRadius + r) * w + xo;
-      const float g0 = g * fmaf(v.x, done[0][2], fmaf(2.f * u.x, done[0][1], done[0][0]));
-      const float g1 = g * fmaf(v.y, done[1][2], fmaf(2.f * u.y, done[1][1], done[1][0]));
+      const float g0 = gradient(g, u.x, v.x, done[0]), g1 = gradient(g, u.y, v.y, done[1]);
       if constexpr (interior) {  // both columns inside and i even (w % 4 == 0): one 8-byte store
         *reinterpret_cast<float2*>(dimg1 + i) = make_float2(g0, g1);
       } else {
