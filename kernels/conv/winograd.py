@@ -1,0 +1,146 @@
+"""WINOGRAD: the chapter's convolution by Winograd's minimal filtering algorithm F(2x2, 3x3), a different
+algorithm rather than a stage of the direct one (its own deep-dive page, not the stage registry).
+
+Each 2 x 2 block of outputs comes from a 4 x 4 block of inputs: Y = A^T [(G g G^T) * (B^T d B)] A with
+``*`` elementwise, so a (channel, output channel) pair costs 16 multiply-adds per 4 outputs where the
+direct convolution spends 36. ``numpy_conv`` is the algorithm in float64 NumPy; ``stage`` is the CUDA
+C++ kernel (kernels/conv/winograd.cu) as a Stage that ``common.run`` and ``common.check_stage`` accept.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+
+from ..harness import cuda_cpp, device, perfmodel, sass
+from . import cuda_stages, registry
+from .common import Problem, Stage, reference, require_problem
+
+NAME = "WINOGRAD"
+HALO = "HALO TILE"  # the direct stage it is set beside: the same 16 x 16 tiles, halo and copies
+FILE = "conv/winograd.cu"
+KERNEL, FILTER_KERNEL = "conv_winograd", "winograd_filter"
+BKC = 16  # input channels per shared-memory step, the .cu file's default
+BN, TILE, THREADS = 32, 16, 256  # output channels, output pixels per side and threads of a block
+
+# F(2x2, 3x3)'s transforms (Lavin and Gray, 2016): inputs B^T d B, filters G g G^T, outputs A^T m A.
+BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
+G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
+AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+
+
+def numpy_conv(x_nchw, f_kcrs) -> np.ndarray:
+    """The convolution (3x3, stride 1, zero padding 1) by F(2x2, 3x3) in float64 NumPy, NCHW: every
+    4 x 4 input block transformed, 16 matrix products over the channels, every product transformed back."""
+    x = np.asarray(x_nchw, dtype=np.float64)
+    f = np.asarray(f_kcrs, dtype=np.float64)
+    reference(x[:1, :, :1, :1], f)  # the reference's shape checks, on a 1-pixel slice
+    n, c, h, w = x.shape
+    th, tw = -(-h // 2), -(-w // 2)  # 2 x 2 output blocks; odd sizes compute one padded row or column
+    padded = np.zeros((n, c, 2 * th + 2, 2 * tw + 2))
+    padded[:, :, 1 : h + 1, 1 : w + 1] = x
+    # d[n, c, i, j, 4, 4]: the input block of output block (i, j) starts at padded row 2i, column 2j
+    rows = np.arange(th)[:, None] * 2 + np.arange(4)
+    cols = np.arange(tw)[:, None] * 2 + np.arange(4)
+    d = padded[:, :, rows[:, None, :, None], cols[None, :, None, :]]
+    v = np.einsum("ab,ncijbe,fe->ncijaf", BT, d, BT)
+    u = np.einsum("ab,kcbe,fe->kcaf", G, f, G)
+    m = np.einsum("ncijaf,kcaf->nkijaf", v, u)  # the 16 products, summed over the channels
+    y = np.einsum("ab,nkijbe,fe->nkijaf", AT, m, AT)  # (n, k, i, j, 2, 2)
+    return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, f.shape[0], 2 * th, 2 * tw)[:, :, :h, :w]
+
+
+def multiply_adds(p: Problem) -> dict[str, int]:
+    """Multiply-adds of the direct convolution and of F(2x2, 3x3), each on the tiles its kernel computes
+    (HALO TILE and WINOGRAD both cover the image in 16 x 16 tiles, padded at the edges)."""
+    require_problem(p)
+    pixels = p.n * -(-p.h // TILE) * TILE * -(-p.w // TILE) * TILE
+    return {"direct": 9 * p.c * p.k * pixels, "winograd": 16 * p.c * p.k * pixels // 4}
+
+
+def smem_bytes(bkc: int = BKC) -> int:
+    """Dynamic shared memory of a block, the .cu file's constants: two buffers of the 18 x 18 halo
+    (rows padded by 4 floats) and of U's chunk, and V, reused as the output transform's staging."""
+    halo = (TILE + 2) * ((TILE + 2) * bkc + 4)
+    v = max(16 * bkc * (TILE * TILE // 4 + 4), 16 * (64 * 8 + 32))
+    return 4 * (2 * (halo + 16 * bkc * BN) + v)
+
+
+def compile_info(bkc: int = BKC, arch: str = "sm_90") -> cuda_cpp.Compiled:
+    """Both kernels compiled (NVRTC) without a GPU: ptxas's registers and spills, and the cubin."""
+    return cuda_cpp.compile_cubin(FILE, arch, (f"-DBKC={bkc}",))
+
+
+def warp_instructions(compiled: cuda_cpp.Compiled, kernel: str, trips: tuple[int, ...]) -> int:
+    """Instructions one warp issues, from the SASS: the loops' bodies (innermost first, each inside the
+    next) run ``trips`` times per trip of the loop around them (the last: per warp), everything else
+    once. A kernel that exits early or branches is counted as if it ran every instruction."""
+    ins = sass.disassemble(compiled, kernel)
+    bodies = [b for b in sass.loops(ins) if len(b) > 1]  # not the 1-instruction spin after EXIT
+    if len(bodies) != len(trips):
+        raise ValueError(f"{kernel}: its SASS has {len(bodies)} loops, {len(trips)} trip counts given")
+    if any(inner[0] not in outer or inner[-1] not in outer for inner, outer in pairwise(bodies)):
+        raise ValueError(f"{kernel}: its loops are not nested one inside the next")
+    issued, inside = 0, 0  # instructions of one trip of the current loop, and the length of the loop it holds
+    for body, t in zip(bodies, trips, strict=True):
+        issued = t * (len(body) - inside + issued)
+        inside = len(body)
+    return len(ins) - inside + issued
+
+
+def block_instructions(p: Problem, halo: bool = False) -> tuple[int, int]:
+    """(warp instructions one block issues, blocks an SM holds) for WINOGRAD or (``halo``) HALO TILE with
+    its default tile on ``p``, from the SASS: a block's 8 warps each run the chunk loop once per chunk of
+    input channels and the inner loop once per pair (WINOGRAD) or group of 4 (HALO TILE) of its channels."""
+    require_problem(p)
+    if halo:
+        spec = registry.get(HALO)
+        compiled, kernel, bkc, step = cuda_stages.compile_info(HALO), spec.kernel, spec.tile["BKC"], 4
+    else:
+        compiled, kernel, bkc, step = compile_info(), KERNEL, BKC, 2
+    warps = THREADS // 32  # both kernels' blocks have 256 threads
+    per_warp = warp_instructions(compiled, kernel, (bkc // step, -(-p.c // bkc)))
+    registers = next(r.registers for r in compiled.resources if r.kernel == kernel)
+    return warps * per_warp, perfmodel.register_warps(registers) // warps
+
+
+def predicted_ms(p: Problem, halo_ms: float, sms: int) -> float:
+    """WINOGRAD's time on ``p`` if its SMs issue instructions as fast as HALO TILE's did in ``halo_ms``:
+    HALO's time scaled by the instructions an SM issues (a block's, times the waves of blocks)."""
+    tiles = p.n * -(-p.h // TILE) * -(-p.w // TILE)
+    issued = []
+    for halo, bn in ((False, BN), (True, registry.get(HALO).tile["BN"])):
+        per_block, resident = block_instructions(p, halo)
+        issued.append(per_block * -(-tiles * -(-p.k // bn) // (sms * resident)))
+    return halo_ms * issued[0] / issued[1]
+
+
+def stage(bkc: int = BKC) -> Stage:
+    """WINOGRAD as a Stage (layout NHWC, filter (3, 3, C, K)): each launch transforms the filter and
+    then convolves, so a timed call includes both. C and K must be multiples of 4 (16-byte copies)."""
+    if isinstance(bkc, bool) or not isinstance(bkc, int) or bkc < 8 or bkc % 8:
+        raise ValueError(f"bkc: a positive multiple of 8 (the transform's 8-channel groups), got {bkc!r}")
+    opts, smem = (f"-DBKC={bkc}",), smem_bytes(bkc)
+    kernels, u_cache = {}, {}
+
+    def launch(x, f, y, p):
+        import cupy
+
+        if not kernels:
+            kernels["filter"] = cuda_cpp.load(FILE, FILTER_KERNEL, options=opts)
+            kernels["conv"] = cuda_cpp.load(FILE, KERNEL, options=opts)
+            kernels["conv"].max_dynamic_shared_size_bytes = smem
+        if smem > device.properties()["smem_per_block_optin_bytes"]:
+            raise RuntimeError(f"{NAME} needs {smem} bytes of shared memory per block; this GPU allows less")
+        x, f, y = (cupy.asarray(a) for a in (x, f, y))
+        key = (p.c, p.k, cupy.cuda.Device().id)
+        if key not in u_cache:  # the transformed filter's buffer, kept between calls of the same shape
+            u_cache[key] = cupy.empty(16 * p.c * p.k, dtype=np.float32)
+        u = u_cache[key]
+        kernels["filter"](((p.c * p.k + 255) // 256,), (256,), (f, u, np.int32(p.c), np.int32(p.k)))
+        tiles = p.n * -(-p.h // TILE) * -(-p.w // TILE)
+        args = (x, u, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k)))
+        kernels["conv"]((tiles, -(-p.k // BN)), (THREADS,), args, shared_mem=smem)
+
+    return Stage(NAME, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options={"BKC": bkc})
