@@ -121,3 +121,15 @@ def test_gpu_winograd_transforms_each_calls_filter():
         xs, fs = (device.xp().asarray(a) for a in common.to_layout(x, f, "nhwc"))
         y = common.output_to_nchw(common.run(stage, xs, fs), "nhwc")
         check.assert_close(y, common.reference(x, f), atol=common.tolerance(p), rtol=1e-5)
+
+
+def test_blocks_cover_the_image_in_16_pixel_tiles_and_32_or_64_channels():
+    p = common.Problem("p", n=2, c=8, k=96, h=17, w=33)  # 2 x 3 tiles an image
+    assert winograd.blocks(p) == 2 * 2 * 3 * 3
+    assert winograd.blocks(p, halo=True) == 2 * 2 * 3 * 2
+
+
+@pytest.mark.skipif(device.MODE == device.GPU, reason="checks the refusal without a GPU")
+def test_ncu_rows_without_a_gpu_say_why_and_return_none(capsys):
+    assert winograd.ncu_rows("conv1") == []
+    assert "ncu needs a GPU" in capsys.readouterr().out

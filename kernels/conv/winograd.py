@@ -9,12 +9,16 @@ C++ kernel (kernels/conv/winograd.cu) as a Stage that ``common.run`` and ``commo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 
-from ..harness import cuda_cpp, device, perfmodel, sass
-from . import cuda_stages, registry
+from ..harness import check, cuda_cpp, device, perfmodel, sass
+from . import common, cuda_stages, model, registry
 from .common import Problem, Stage, reference, require_problem
 
 NAME = "WINOGRAD"
@@ -23,6 +27,8 @@ FILE = "conv/winograd.cu"
 KERNEL, FILTER_KERNEL = "conv_winograd", "winograd_filter"
 BKC = 16  # input channels per shared-memory step, the .cu file's default
 BN, TILE, THREADS = 32, 16, 256  # output channels, output pixels per side and threads of a block
+# What Nsight Compute reports for each kernel: warp instructions, issue activity and why warps waited
+NCU = {"warp instructions": perfmodel.NCU_METRICS[0], "issue %": model.NCU_PIPES["issue %"], **model.NCU_STALLS}
 
 # F(2x2, 3x3)'s transforms (Lavin and Gray, 2016): inputs B^T d B, filters G g G^T, outputs A^T m A.
 BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
@@ -105,14 +111,19 @@ def block_instructions(p: Problem, halo: bool = False) -> tuple[int, int]:
     return warps * per_warp, perfmodel.register_warps(registers) // warps
 
 
+def blocks(p: Problem, halo: bool = False) -> int:
+    """Blocks WINOGRAD or (``halo``) HALO TILE launches on ``p``: 16 x 16 tiles x blocks of output channels."""
+    tiles = p.n * -(-p.h // TILE) * -(-p.w // TILE)
+    return tiles * -(-p.k // (registry.get(HALO).tile["BN"] if halo else BN))
+
+
 def predicted_ms(p: Problem, halo_ms: float, sms: int) -> float:
     """WINOGRAD's time on ``p`` if its SMs issue instructions as fast as HALO TILE's did in ``halo_ms``:
     HALO's time scaled by the instructions an SM issues (a block's, times the waves of blocks)."""
-    tiles = p.n * -(-p.h // TILE) * -(-p.w // TILE)
     issued = []
-    for halo, bn in ((False, BN), (True, registry.get(HALO).tile["BN"])):
+    for halo in (False, True):
         per_block, resident = block_instructions(p, halo)
-        issued.append(per_block * -(-tiles * -(-p.k // bn) // (sms * resident)))
+        issued.append(per_block * -(-blocks(p, halo) // (sms * resident)))
     return halo_ms * issued[0] / issued[1]
 
 
@@ -144,3 +155,39 @@ def stage(bkc: int = BKC) -> Stage:
         kernels["conv"]((tiles, -(-p.k // BN)), (THREADS,), args, shared_mem=smem)
 
     return Stage(NAME, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options={"BKC": bkc})
+
+
+def ncu_rows(problem: str = "conv1") -> list[dict]:
+    """WINOGRAD and HALO TILE once each on ``problem`` under Nsight Compute (``NCU``'s metrics), as
+    results rows with metric "ncu <label>"; empty, with a line saying why, where ncu cannot run."""
+    ncu = check.cuda_tool("ncu", "the profile")
+    if not ncu:
+        return []
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join(NCU.values())]
+    out = subprocess.run(
+        [*cmd, sys.executable, "-m", __name__, problem], capture_output=True, text=True, timeout=600, cwd=root, env=env
+    )
+    if out.returncode != 0 or '"Metric Name"' not in out.stdout:
+        raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")
+    names = {KERNEL: NAME, registry.get(HALO).kernel: HALO}
+    labels = {metric: label for label, metric in NCU.items()}
+    return [
+        {"kernel": names[kernel], "problem": problem, "metric": f"ncu {labels[metric]}", "value": value, "unit": ""}
+        for kernel, metric, value in perfmodel.ncu_values(out.stdout)
+        if kernel in names and metric in labels
+    ]
+
+
+def _launch_once(problem: str) -> None:
+    """WINOGRAD and HALO TILE once each on ``problem`` (what ``ncu_rows`` profiles)."""
+    p = common.PROBLEMS[problem]
+    x, f = (device.xp().asarray(a) for a in common.to_layout(*common.random_inputs(p, seed=0), "nhwc"))
+    for s in (stage(), cuda_stages.stage(HALO)):
+        common.run(s, x, f)
+    device.xp().cuda.Device().synchronize()
+
+
+if __name__ == "__main__":
+    _launch_once(sys.argv[1])
