@@ -13,6 +13,8 @@
 // thread an 8-tile x 16-channel register tile. At the end the 16 products of each (tile, output channel)
 // meet in shared memory, a round of 8 output channels at a time, for the output transform A^T M A.
 // Needs C and K multiples of 4 and 16-byte aligned tensors. Layout NHWC, filter (3, 3, C, K).
+#include "halo_copy.cuh"
+
 #ifndef BKC
 #define BKC 16        // input channels per shared-memory step (a multiple of 8)
 #endif
@@ -35,11 +37,6 @@ constexpr int S_SIZE = 16 * S_XI;
 constexpr int V_REGION = V_SIZE > S_SIZE ? V_SIZE : S_SIZE;
 static_assert(BKC % 8 == 0, "BKC: a multiple of 8");
 static_assert(2 * (A_SIZE + U_SIZE) * 4 + V_REGION * 4 <= 227 * 1024, "shared memory");
-
-__device__ __forceinline__ void copy16(float* dst, const float* src, bool valid) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
 
 // U[xi][c][k] (16, C, K) from f (3, 3, C, K): one thread per (c, k).
 extern "C" __global__ void winograd_filter(const float* __restrict__ f, float* __restrict__ u, int n_in, int n_out) {
@@ -85,17 +82,7 @@ conv_winograd(const float* __restrict__ x, const float* __restrict__ u, float* _
 
     auto issue = [&](int chunk, int buf) {
         const int c0 = chunk * BKC;
-        constexpr int A_VECS = HALO * HALO * BKC / 4;
-#pragma unroll
-        for (int l = 0; l < (A_VECS + THREADS - 1) / THREADS; ++l) {
-            const int e = tid + l * THREADS;
-            if (A_VECS % THREADS && e >= A_VECS) break;
-            const int pix = e / (BKC / 4), c = c0 + 4 * (e % (BKC / 4));
-            const int hr = pix / HALO, hc = pix % HALO, ih = h0 + hr - 1, iw = w0 + hc - 1;
-            const bool ok = ih >= 0 && ih < height && iw >= 0 && iw < width && c < n_in;
-            copy16(&a_tile[buf][hr * ROW_PITCH + hc * BKC + (c - c0)],
-                   ok ? x + ((size_t)(img * height + ih) * width + iw) * n_in + c : x, ok);
-        }
+        copy_halo<HALO, HALO, BKC, ROW_PITCH, THREADS>(a_tile[buf], x, tid, img, h0, w0, c0, height, width, n_in);
         constexpr int U_VECS = 16 * BKC * BN / 4;
 #pragma unroll
         for (int l = 0; l < U_VECS / THREADS; ++l) {
