@@ -133,3 +133,8 @@ def test_blocks_cover_the_image_in_16_pixel_tiles_and_32_or_64_channels():
 def test_ncu_rows_without_a_gpu_say_why_and_return_none(capsys):
     assert winograd.ncu_rows("conv1") == []
     assert "ncu needs a GPU" in capsys.readouterr().out
+
+
+def test_numpy_winograd_rejects_arrays_that_are_not_4_d():
+    with pytest.raises(ValueError, match="4-D NCHW"):
+        winograd.numpy_conv(np.zeros((3, 5, 5)), np.zeros((2, 3, 3, 3)))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..harness import check, cuda_cpp, device, perfmodel, sass
 from . import common, cuda_stages, model, registry
-from .common import Problem, Stage, reference, require_problem
+from .common import Problem, Stage, problem_of, require_problem
 
 NAME = "WINOGRAD"
 HALO = "HALO TILE"  # the direct stage it is set beside: the same 16 x 16 tiles, halo and copies
@@ -41,7 +41,9 @@ def numpy_conv(x_nchw, f_kcrs) -> np.ndarray:
     4 x 4 input block transformed, 16 matrix products over the channels, every product transformed back."""
     x = np.asarray(x_nchw, dtype=np.float64)
     f = np.asarray(f_kcrs, dtype=np.float64)
-    reference(x[:1, :, :1, :1], f)  # the reference's shape checks, on a 1-pixel slice
+    if x.ndim != 4 or f.ndim != 4:
+        raise ValueError(f"x and f: expected 4-D NCHW and KCRS arrays, got shapes {x.shape} and {f.shape}")
+    problem_of(x.shape, f.shape, "nchw")  # a 3x3 filter whose channels match the input's
     n, c, h, w = x.shape
     th, tw = -(-h // 2), -(-w // 2)  # 2 x 2 output blocks; odd sizes compute one padded row or column
     padded = np.zeros((n, c, 2 * th + 2, 2 * tw + 2))
@@ -57,11 +59,16 @@ def numpy_conv(x_nchw, f_kcrs) -> np.ndarray:
     return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, f.shape[0], 2 * th, 2 * tw)[:, :, :h, :w]
 
 
+def tiles(p: Problem) -> int:
+    """16 x 16 output tiles over all images of ``p`` (padded at the right and bottom edges)."""
+    return p.n * -(-p.h // TILE) * -(-p.w // TILE)
+
+
 def multiply_adds(p: Problem) -> dict[str, int]:
     """Multiply-adds of the direct convolution and of F(2x2, 3x3), each on the tiles its kernel computes
     (HALO TILE and WINOGRAD both cover the image in 16 x 16 tiles, padded at the edges)."""
     require_problem(p)
-    pixels = p.n * -(-p.h // TILE) * TILE * -(-p.w // TILE) * TILE
+    pixels = tiles(p) * TILE * TILE
     return {"direct": 9 * p.c * p.k * pixels, "winograd": 16 * p.c * p.k * pixels // 4}
 
 
@@ -113,8 +120,7 @@ def block_instructions(p: Problem, halo: bool = False) -> tuple[int, int]:
 
 def blocks(p: Problem, halo: bool = False) -> int:
     """Blocks WINOGRAD or (``halo``) HALO TILE launches on ``p``: 16 x 16 tiles x blocks of output channels."""
-    tiles = p.n * -(-p.h // TILE) * -(-p.w // TILE)
-    return tiles * -(-p.k // (registry.get(HALO).tile["BN"] if halo else BN))
+    return tiles(p) * -(-p.k // (registry.get(HALO).tile["BN"] if halo else BN))
 
 
 def predicted_ms(p: Problem, halo_ms: float, sms: int) -> float:
@@ -150,9 +156,8 @@ def stage(bkc: int = BKC) -> Stage:
             u_cache[key] = cupy.empty(16 * p.c * p.k, dtype=np.float32)
         u = u_cache[key]
         kernels["filter"](((p.c * p.k + 255) // 256,), (256,), (f, u, np.int32(p.c), np.int32(p.k)))
-        tiles = p.n * -(-p.h // TILE) * -(-p.w // TILE)
         args = (x, u, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k)))
-        kernels["conv"]((tiles, -(-p.k // BN)), (THREADS,), args, shared_mem=smem)
+        kernels["conv"]((tiles(p), -(-p.k // BN)), (THREADS,), args, shared_mem=smem)
 
     return Stage(NAME, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options={"BKC": bkc})
 
