@@ -15,6 +15,8 @@
 // count) keep the FMA pipe as busy as DOUBLE BUFFER's 3. conv2's 14 x 14 images fill 196 of a tile's
 // 256 pixels: the padded quarter is computed too, so less useful work there (notebook 03 computes both).
 // Needs C and K multiples of 4 and 16-byte aligned tensors. Layout NHWC as in VECTORIZE.
+#include "halo_copy.cuh"
+
 #ifndef TH
 #define TH 16         // output rows per block
 #endif
@@ -40,16 +42,9 @@ constexpr int HALO_H = TH + 2, HALO_W = TW + 2;
 // 4 floats of padding per halo row: the 4 rows a warp reads at once start on different banks.
 constexpr int ROW_PITCH = HALO_W * BKC + 4;
 constexpr int A_SIZE = HALO_H * ROW_PITCH, B_SIZE = 9 * BKC * BN;
-constexpr int A_VECS = HALO_H * HALO_W * BKC / 4, B_TAP_VECS = BKC * BN / 4;
+constexpr int B_TAP_VECS = BKC * BN / 4;
 static_assert(TW % TP == 0 && BN % (2 * TN) == 0 && BKC % 4 == 0, "tile sizes");
 static_assert(2 * (A_SIZE + B_SIZE) * 4 <= 227 * 1024, "more shared memory than one block may use on sm_90");
-
-// 16 bytes global -> shared, bypassing the registers; valid == false writes 16 zero bytes (the halo
-// outside the image, channels past C, output channels past K) and reads nothing.
-__device__ __forceinline__ void copy16(float* dst, const float* src, bool valid) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 conv_halo_tile(const float* __restrict__ x, const float* __restrict__ f, float* __restrict__ y,
@@ -68,16 +63,7 @@ conv_halo_tile(const float* __restrict__ x, const float* __restrict__ f, float* 
 
     auto issue = [&](int chunk, int buf) {   // start the copies of one chunk into buffer buf
         const int c0 = chunk * BKC;
-#pragma unroll
-        for (int l = 0; l < (A_VECS + THREADS - 1) / THREADS; ++l) {   // compile-time trips: unrolled
-            const int e = tid + l * THREADS;
-            if (A_VECS % THREADS && e >= A_VECS) break;
-            const int pix = e / (BKC / 4), c = c0 + 4 * (e % (BKC / 4));
-            const int hr = pix / HALO_W, hc = pix % HALO_W, ih = h0 + hr - 1, iw = w0 + hc - 1;
-            const bool ok = ih >= 0 && ih < height && iw >= 0 && iw < width && c < n_in;
-            copy16(&a_tile[buf][hr * ROW_PITCH + hc * BKC + (c - c0)],
-                   ok ? x + ((size_t)(img * height + ih) * width + iw) * n_in + c : x, ok);
-        }
+        copy_halo<HALO_H, HALO_W, BKC, ROW_PITCH, THREADS>(a_tile[buf], x, tid, img, h0, w0, c0, height, width, n_in);
         // The filter tap by tap: a thread copies the same (channel, output channel) float4s of every tap.
         const float* f_chunk = f + (size_t)c0 * n_out + k0;
 #pragma unroll
