@@ -138,3 +138,9 @@ def test_ncu_rows_without_a_gpu_say_why_and_return_none(capsys):
 def test_numpy_winograd_rejects_arrays_that_are_not_4_d():
     with pytest.raises(ValueError, match="4-D NCHW"):
         winograd.numpy_conv(np.zeros((3, 5, 5)), np.zeros((2, 3, 3, 3)))
+
+
+def test_residency_is_limited_by_shared_memory_too(monkeypatch):
+    """A block of WINOGRAD needs over half an SM's shared memory, so one fits whatever the registers."""
+    monkeypatch.setattr(winograd.perfmodel, "register_warps", lambda registers: 64)  # room for 8 blocks
+    assert winograd.block_instructions(common.PROBLEMS["conv2"])[1] == 1

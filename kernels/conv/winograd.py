@@ -110,12 +110,14 @@ def block_instructions(p: Problem, halo: bool = False) -> tuple[int, int]:
     if halo:
         spec = registry.get(HALO)
         compiled, kernel, bkc, step = cuda_stages.compile_info(HALO), spec.kernel, spec.tile["BKC"], 4
+        smem = spec.dynamic_smem_bytes(spec.tile)
     else:
-        compiled, kernel, bkc, step = compile_info(), KERNEL, BKC, 2
+        compiled, kernel, bkc, step, smem = compile_info(), KERNEL, BKC, 2, smem_bytes()
     warps = THREADS // 32  # both kernels' blocks have 256 threads
     per_warp = warp_instructions(compiled, kernel, (bkc // step, -(-p.c // bkc)))
     registers = next(r.registers for r in compiled.resources if r.kernel == kernel)
-    return warps * per_warp, perfmodel.register_warps(registers) // warps
+    by_smem = device.target_properties()["smem_per_sm_bytes"] // smem
+    return warps * per_warp, min(perfmodel.register_warps(registers) // warps, by_smem)
 
 
 def blocks(p: Problem, halo: bool = False) -> int:
@@ -144,12 +146,12 @@ def stage(bkc: int = BKC) -> Stage:
     def launch(x, f, y, p):
         import cupy
 
+        if smem > device.properties()["smem_per_block_optin_bytes"]:  # before CuPy's own error
+            raise RuntimeError(f"{NAME} needs {smem} bytes of shared memory per block; this GPU allows less")
         if not kernels:
             kernels["filter"] = cuda_cpp.load(FILE, FILTER_KERNEL, options=opts)
             kernels["conv"] = cuda_cpp.load(FILE, KERNEL, options=opts)
             kernels["conv"].max_dynamic_shared_size_bytes = smem
-        if smem > device.properties()["smem_per_block_optin_bytes"]:
-            raise RuntimeError(f"{NAME} needs {smem} bytes of shared memory per block; this GPU allows less")
         x, f, y = (cupy.asarray(a) for a in (x, f, y))
         key = (p.c, p.k, cupy.cuda.Device().id)
         if key not in u_cache:  # the transformed filter's buffer, kept between calls of the same shape
