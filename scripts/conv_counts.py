@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import subprocess
 import sys
 from pathlib import Path
 
@@ -83,29 +82,13 @@ def ncu_path(problem: str) -> Path:
 def run_ncu(problem: str, names: list[str] | None = None) -> Path:
     """Every stage (or those named) once on ``problem`` under Nsight Compute with the model's metrics;
     the CSV's path. With ``names``, rows of other kernels already in the CSV are kept."""
-    ncu = check.cuda_tool("ncu", "the counts")
-    if not ncu:
+    args = [str(Path(__file__).resolve()), "--launch", problem, *(["--stages", *names] if names else [])]
+    text = check.ncu_csv(args, (*perfmodel.NCU_METRICS, *EXTRA_METRICS), "regex:conv_", "the counts")
+    if text is None:
         raise RuntimeError("ncu is needed to count the stages' instructions (see the line above)")
-    cmd = [
-        ncu,
-        "--csv",
-        "--kernel-name",
-        "regex:conv_",
-        "--metrics",
-        ",".join((*perfmodel.NCU_METRICS, *EXTRA_METRICS)),
-        sys.executable,
-        __file__,
-        "--launch",
-        problem,
-        *(["--stages", *names] if names else []),
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if out.returncode != 0 or '"Metric Name"' not in out.stdout:
-        raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")
     path = ncu_path(problem)
-    text = out.stdout
     if names and path.exists():
-        header, new = perfmodel.ncu_csv_table(out.stdout)
+        header, new = perfmodel.ncu_csv_table(text)
         column = header.index("Kernel Name")
         measured = {row[column] for row in new}
         kept = [row for row in perfmodel.ncu_csv_table(path.read_text())[1] if row[column] not in measured]

@@ -1,6 +1,8 @@
 """WINOGRAD, F(2x2, 3x3): the NumPy algorithm and the CUDA C++ kernel against the float64 direct
 reference, its instruction counts and prediction, and bad input refused with a clear error."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -30,8 +32,9 @@ def test_numpy_winograd_rejects_a_transposed_filter():
         winograd.numpy_conv(x, f.transpose(1, 0, 2, 3))
 
 
-def test_kernels_compile_without_spills_and_one_block_fits_an_sm():
-    compiled = winograd.compile_info()
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_kernels_compile_without_spills_and_one_block_fits_an_sm(one_pass):
+    compiled = winograd.compile_info(one_pass=one_pass)
     assert {r.kernel for r in compiled.resources} == {winograd.KERNEL, winograd.FILTER_KERNEL}
     assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in compiled.resources)
     _, resident = winograd.block_instructions(common.PROBLEMS["conv1"])
@@ -66,6 +69,32 @@ def test_multiply_adds_are_four_ninths_of_the_direct_ones_on_whole_tiles():
     counts = winograd.multiply_adds(common.PROBLEMS["conv1"])
     assert counts["direct"] * 4 == counts["winograd"] * 9
     assert counts["direct"] == common.PROBLEMS["conv1"].flops // 2  # 224 is a multiple of the 16-pixel tile
+
+
+def test_loads_of_v_take_one_pass_per_quarter_warp_and_took_two_in_the_first_version():
+    assert winograd.v_load_passes(one_pass=True) == (1, 1)
+    assert winograd.v_load_passes(one_pass=False) == (2, 1)  # threads 4 apart: words 32 floats apart
+
+
+def test_v_loads_count_two_per_channel_in_every_warp_of_every_block():
+    p = common.Problem("p", n=1, c=20, k=40, h=17, w=16)  # 2 tiles, 2 channel blocks, 2 chunks of 16
+    assert winograd.v_loads(p) == 2 * 32 * 8 * (2 * 2)
+
+
+@pytest.mark.skipif(not sass.available(), reason="needs nvdisasm or cuobjdump")
+def test_both_versions_issue_the_same_loads_and_ffmas():
+    """The first version differs in addresses only: the same instructions of each kind in its loops."""
+    counts = []
+    for one_pass in (True, False):
+        ins = sass.disassemble(winograd.compile_info(one_pass=one_pass), winograd.KERNEL)
+        counts.append(Counter(i.opcode for i in ins if i.base in ("FFMA", "LDS")))
+    assert counts[0] == counts[1]
+    assert counts[0]["FFMA"] >= 2 * 8 * 16  # the loop's two channels of 8 x 16 products
+
+
+def test_one_pass_must_be_a_bool():
+    with pytest.raises(TypeError, match="one_pass: True or False"):
+        winograd.stage(one_pass=1)
 
 
 @pytest.mark.parametrize("bkc", [0, 4, 12, 8.0, True])
@@ -106,8 +135,9 @@ GPU_PROBLEMS = [
 @pytest.mark.gpu
 @pytest.mark.skipif(device.MODE != device.GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=lambda p: p.name)
-def test_gpu_winograd_matches_reference(problem):
-    result = common.check_stage(winograd.stage(), problem)  # fresh inputs, a poisoned output
+@pytest.mark.parametrize("one_pass", [True, False], ids=["one-pass", "two-pass"])
+def test_gpu_winograd_matches_reference(problem, one_pass):
+    result = common.check_stage(winograd.stage(one_pass=one_pass), problem)  # fresh inputs, a poisoned output
     assert result.ok, f"{result} -- {result.detail}"
 
 

@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,49 @@ def test_cuda_tool_looks_in_cuda_home_when_path_lacks_it(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert check.cuda_tool("ncu", "the counts") == str(tool)
+
+
+def _fake_ncu(tmp_path, monkeypatch, body: str):
+    ncu = tmp_path / "bin" / "ncu"
+    ncu.parent.mkdir()
+    ncu.write_text("#!/bin/sh\n" + body)
+    ncu.chmod(0o755)
+    monkeypatch.setattr(check.device, "on_gpu", lambda: True)
+    monkeypatch.setenv("PATH", str(ncu.parent))
+
+
+def test_ncu_csv_passes_the_kernels_metrics_and_program_and_returns_the_csv(monkeypatch, tmp_path):
+    _fake_ncu(tmp_path, monkeypatch, 'echo \'"Metric Name"\'; for a in "$@"; do echo "$a"; done\n')  # its arguments
+    text = check.ncu_csv(["-m", "some.module"], ("a.sum", "b.ratio"), "regex:conv_", "the counts")
+    assert text.splitlines() == [
+        '"Metric Name"',
+        "--csv",
+        "--kernel-name",
+        "regex:conv_",
+        "--metrics",
+        "a.sum,b.ratio",
+        sys.executable,
+        "-m",
+        "some.module",
+    ]
+
+
+def test_ncu_csv_raises_with_ncus_own_words_when_it_fails(monkeypatch, tmp_path):
+    _fake_ncu(tmp_path, monkeypatch, "echo '==ERROR== the profiler could not attach' >&2; exit 3\n")
+    with pytest.raises(RuntimeError, match=r"ncu failed \(3\): ==ERROR== the profiler could not attach"):
+        check.ncu_csv(["-c", "pass"], ("a.sum",), "regex:x", "the counts")
+
+
+def test_ncu_csv_without_a_gpu_says_where_to_look(capsys):
+    if check.device.on_gpu():
+        pytest.skip("checks the refusal without a GPU")
+    assert check.ncu_csv(["-c", "pass"], ("a.sum",), "regex:x", "the counts") is None
+    assert "ncu needs a GPU; for the counts" in capsys.readouterr().out
+
+
+def test_ncu_csv_takes_a_list_of_arguments():
+    with pytest.raises(TypeError, match="args: expected a list of strings"):
+        check.ncu_csv("-c pass", ("a.sum",), "regex:x", "the counts")
 
 
 _WRITE = (

@@ -10,7 +10,8 @@
 // channels. Per chunk of BKC input channels it copies the 18 x 18 input halo (as HALO TILE does) and
 // U's chunk with cp.async, two buffers deep; transforms the halo into V[xi][c][tile] = B^T d B in shared
 // memory; then 16 thread groups, one per xi, multiply V[xi] (64 tiles x BKC) by U[xi] (BKC x BN), each
-// thread an 8-tile x 16-channel register tile. At the end the 16 products of each (tile, output channel)
+// thread an 8-tile x 16-channel register tile (its 8 tiles: two runs of 4, 32 tiles apart; with
+// -DV_ONE_PASS=0 one run of 8, the first version, whose loads of V take two passes). At the end the 16 products of each (tile, output channel)
 // meet in shared memory, a round of 8 output channels at a time, for the output transform A^T M A.
 // Needs C and K multiples of 4 and 16-byte aligned tensors. Layout NHWC, filter (3, 3, C, K).
 #include "halo_copy.cuh"
@@ -18,21 +19,30 @@
 #ifndef BKC
 #define BKC 16        // input channels per shared-memory step (a multiple of 8)
 #endif
+#ifndef V_ONE_PASS
+#define V_ONE_PASS 1  // 0: the first version's tiles per thread (see RUN below)
+#endif
 constexpr int BN = 32;             // output channels per block
 constexpr int TT = 8;              // Winograd tiles per block side
 constexpr int T = TT * TT;         // 64 tiles: a 16 x 16 output tile
 constexpr int HALO = 2 * TT + 2;   // 18 input rows and columns
-constexpr int THREADS = 256;       // 16 groups (one per xi) x 16 threads (8 tile columns x 2 channel halves)
+constexpr int THREADS = 256;       // 16 groups (one per xi) x 16 threads (8 groups of tiles x 2 of channels)
 // Halo rows padded so that 4 consecutive tile rows (2 halo rows apart) start 8 banks apart.
 constexpr int ROW_PITCH = HALO * BKC + 4;
 constexpr int A_SIZE = HALO * ROW_PITCH;
 constexpr int U_SIZE = 16 * BKC * BN;
-// V[xi][c][t]: t = tile column * 8 + tile row, so a thread's 8 tiles (one tile column) are contiguous;
-// the pitch of 68 puts 8 channels' rows 4 banks apart for the transform's stores.
+// V[xi][c][t]: t = tile column * 8 + tile row; the pitch of 68 puts 8 channels' rows 4 banks apart for
+// the transform's stores.
 constexpr int V_PITCH = T + 4;
+// Thread tg (0..7) of a group multiplies tiles tg * RUN + 0..3 and, SECOND tiles on, 4 more. A quarter
+// warp's float4 loads of V (8 threads of one channel group) then cover the 32 banks once (RUN 4), or,
+// with one run of 8 tiles (RUN 8), threads 4 apart read words 32 apart on the same banks: two passes.
+constexpr int RUN = V_ONE_PASS ? 4 : 8;
+constexpr int SECOND = V_ONE_PASS ? 32 : 4;
 constexpr int V_SIZE = 16 * BKC * V_PITCH;
-// The epilogue's staging S[xi][t][8 channels], each tile column's 8 tiles 4 words further on.
-constexpr int S_XI = T * 8 + (T / 8) * 4;
+// The epilogue's staging S[xi][t][8 channels], each run of RUN tiles 4 words further on, so that a
+// quarter warp's stores (one tile of each thread) cover the 32 banks once.
+constexpr int S_XI = T * 8 + (T / 4) * 4;
 constexpr int S_SIZE = 16 * S_XI;
 constexpr int V_REGION = V_SIZE > S_SIZE ? V_SIZE : S_SIZE;
 static_assert(BKC % 8 == 0, "BKC: a multiple of 8");
@@ -94,7 +104,7 @@ conv_winograd(const float* __restrict__ x, const float* __restrict__ u, float* _
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    const int xi = tid >> 4, tg = tid & 7, kg = (tid >> 3) & 1;
+    const int xi = tid >> 4, tg = tid & 7, kg = (tid >> 3) & 1;  // kg: output channels 4 kg + 8 q .. + 3
     float acc[8][16];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -137,13 +147,13 @@ conv_winograd(const float* __restrict__ x, const float* __restrict__ u, float* _
             }
         }
         __syncthreads();
-        const float* vp = v + xi * BKC * V_PITCH + 8 * tg;
+        const float* vp = v + xi * BKC * V_PITCH + RUN * tg;
         const float* up = &u_tile[buf][xi * BKC * BN + 4 * kg];
         // 2 channels per trip: unrolled further, ptxas keeps more operands live than 255 registers hold
 #pragma unroll 2
         for (int c = 0; c < BKC; ++c) {
             const float4 a0 = *reinterpret_cast<const float4*>(vp + c * V_PITCH);
-            const float4 a1 = *reinterpret_cast<const float4*>(vp + c * V_PITCH + 4);
+            const float4 a1 = *reinterpret_cast<const float4*>(vp + c * V_PITCH + SECOND);
             const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             float b[16];
 #pragma unroll
@@ -165,8 +175,8 @@ conv_winograd(const float* __restrict__ x, const float* __restrict__ u, float* _
         __syncthreads();  // V (or the previous round's S) is no longer read
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int t = 8 * tg + i;
-            *reinterpret_cast<float4*>(v + xi * S_XI + t * 8 + tg * 4 + 4 * kg) =
+            const int t = RUN * tg + (i & 3) + SECOND * (i >> 2);
+            *reinterpret_cast<float4*>(v + xi * S_XI + t * 8 + (t / RUN) * 4 + 4 * kg) =
                 make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]);
         }
         __syncthreads();
@@ -175,7 +185,7 @@ conv_winograd(const float* __restrict__ x, const float* __restrict__ u, float* _
             const int e = tid + l * THREADS;
             const int kk = e % 8, t = e / 8;
             const int k = k0 + 8 * q + kk;
-            const float* s = v + t * 8 + (t / 8) * 4 + kk;
+            const float* s = v + t * 8 + (t / RUN) * 4 + kk;
             float m[4][4];
 #pragma unroll
             for (int r = 0; r < 16; ++r) m[r / 4][r % 4] = s[r * S_XI];

@@ -9,26 +9,29 @@ C++ kernel (kernels/conv/winograd.cu) as a Stage that ``common.run`` and ``commo
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from itertools import pairwise
-from pathlib import Path
 
 import numpy as np
 
-from ..harness import check, cuda_cpp, device, perfmodel, sass
+from ..harness import accesses, check, cuda_cpp, device, perfmodel, sass
 from . import common, cuda_stages, model, registry
 from .common import Problem, Stage, problem_of, require_problem
 
 NAME = "WINOGRAD"
+TWO_PASS = "WINOGRAD two-pass"  # the first version: each thread's 8 tiles in one run, loads of V in two passes
 HALO = "HALO TILE"  # the direct stage it is set beside: the same 16 x 16 tiles, halo and copies
 FILE = "conv/winograd.cu"
 KERNEL, FILTER_KERNEL = "conv_winograd", "winograd_filter"
 BKC = 16  # input channels per shared-memory step, the .cu file's default
 BN, TILE, THREADS = 32, 16, 256  # output channels, output pixels per side and threads of a block
 # What Nsight Compute reports for each kernel: warp instructions, issue activity and why warps waited
-NCU = {"warp instructions": perfmodel.NCU_METRICS[0], "issue %": model.NCU_PIPES["issue %"], **model.NCU_STALLS}
+NCU = {
+    "warp instructions": perfmodel.NCU_METRICS[0],
+    "issue %": model.NCU_PIPES["issue %"],
+    "shared-load wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    **model.NCU_STALLS,
+}
 
 # F(2x2, 3x3)'s transforms (Lavin and Gray, 2016): inputs B^T d B, filters G g G^T, outputs A^T m A.
 BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
@@ -74,15 +77,39 @@ def multiply_adds(p: Problem) -> dict[str, int]:
 
 def smem_bytes(bkc: int = BKC) -> int:
     """Dynamic shared memory of a block, the .cu file's constants: two buffers of the 18 x 18 halo
-    (rows padded by 4 floats) and of U's chunk, and V, reused as the output transform's staging."""
+    (rows padded by 4 floats) and of U's chunk, and V, reused as the output transform's staging (64
+    tiles x 8 channels, each run of 4 tiles 4 floats further on)."""
     halo = (TILE + 2) * ((TILE + 2) * bkc + 4)
-    v = max(16 * bkc * (TILE * TILE // 4 + 4), 16 * (64 * 8 + 32))
+    v = max(16 * bkc * (TILE * TILE // 4 + 4), 16 * (64 * 8 + 64))
     return 4 * (2 * (halo + 16 * bkc * BN) + v)
 
 
-def compile_info(bkc: int = BKC, arch: str = "sm_90") -> cuda_cpp.Compiled:
-    """Both kernels compiled (NVRTC) without a GPU: ptxas's registers and spills, and the cubin."""
-    return cuda_cpp.compile_cubin(FILE, arch, (f"-DBKC={bkc}",))
+def _options(bkc: int, one_pass: bool) -> tuple[str, ...]:
+    return f"-DBKC={bkc}", f"-DV_ONE_PASS={int(one_pass)}"
+
+
+def v_load_passes(one_pass: bool = True, bkc: int = BKC) -> tuple[int, int]:
+    """(passes, fewest): the passes through shared memory that a quarter warp's float4 load of V takes in
+    the product loop, and the fewest its distinct words could take, from the .cu file's layout. Shared
+    memory serves a 16-byte load a quarter warp (8 threads, 128 bytes) at a time; in a quarter, threads
+    that read different words of one bank take turns (``accesses.bank_degree``). Threads 0-7 at channel
+    0; every quarter reads the same banks (its group's V starts a multiple of 32 words further on)."""
+    run = 4 if one_pass else 8  # the .cu file's RUN: a thread's tiles start RUN * tg
+    words = [run * tg for tg in range(8)]
+    return accesses.bank_degree([4 * w for w in words], 16), accesses.min_bank_degree([4 * w for w in words], 16)
+
+
+def v_loads(p: Problem) -> int:
+    """Warp-wide float4 loads of V in the product loops of a launch on ``p``: 2 per channel (a thread's
+    8 tiles) in each of a block's 8 warps, the channels padded to whole chunks."""
+    require_problem(p)
+    return 2 * -(-p.c // BKC) * BKC * (THREADS // 32) * blocks(p)
+
+
+def compile_info(bkc: int = BKC, arch: str = "sm_90", one_pass: bool = True) -> cuda_cpp.Compiled:
+    """Both kernels compiled (NVRTC) without a GPU: ptxas's registers and spills, and the cubin
+    (``one_pass=False``: the first version, TWO_PASS)."""
+    return cuda_cpp.compile_cubin(FILE, arch, _options(bkc, one_pass))
 
 
 def warp_instructions(compiled: cuda_cpp.Compiled, kernel: str, trips: tuple[int, ...]) -> int:
@@ -135,19 +162,22 @@ def predicted_ms(p: Problem, halo_ms: float, sms: int) -> float:
     return halo_ms * issued[0] / issued[1]
 
 
-def stage(bkc: int = BKC) -> Stage:
+def stage(bkc: int = BKC, one_pass: bool = True) -> Stage:
     """WINOGRAD as a Stage (layout NHWC, filter (3, 3, C, K)): each launch transforms the filter and
-    then convolves, so a timed call includes both. C and K must be multiples of 4 (16-byte copies)."""
+    then convolves, so a timed call includes both. C and K must be multiples of 4 (16-byte copies).
+    ``one_pass=False``: the first version, whose loads of V take two passes (TWO_PASS)."""
     if isinstance(bkc, bool) or not isinstance(bkc, int) or bkc < 8 or bkc % 8:
         raise ValueError(f"bkc: a positive multiple of 8 (the transform's 8-channel groups), got {bkc!r}")
-    opts, smem = (f"-DBKC={bkc}",), smem_bytes(bkc)
+    if not isinstance(one_pass, bool):
+        raise TypeError(f"one_pass: True or False, got {one_pass!r}")
+    name, opts, smem = NAME if one_pass else TWO_PASS, _options(bkc, one_pass), smem_bytes(bkc)
     kernels, u_cache = {}, {}
 
     def launch(x, f, y, p):
         import cupy
 
         if smem > device.properties()["smem_per_block_optin_bytes"]:  # before CuPy's own error
-            raise RuntimeError(f"{NAME} needs {smem} bytes of shared memory per block; this GPU allows less")
+            raise RuntimeError(f"{name} needs {smem} bytes of shared memory per block; this GPU allows less")
         if not kernels:
             kernels["filter"] = cuda_cpp.load(FILE, FILTER_KERNEL, options=opts)
             kernels["conv"] = cuda_cpp.load(FILE, KERNEL, options=opts)
@@ -161,37 +191,44 @@ def stage(bkc: int = BKC) -> Stage:
         args = (x, u, y, *(np.int32(v) for v in (p.n, p.h, p.w, p.c, p.k)))
         kernels["conv"]((tiles(p), -(-p.k // BN)), (THREADS,), args, shared_mem=smem)
 
-    return Stage(NAME, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options={"BKC": bkc})
+    options = {"BKC": bkc, "V_ONE_PASS": int(one_pass)}
+    return Stage(name, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options=options)
+
+
+# The kernels _launch_once runs, in its order: ncu names both WINOGRAD versions conv_winograd
+PROFILED = (TWO_PASS, NAME, HALO)
 
 
 def ncu_rows(problem: str = "conv1") -> list[dict]:
-    """WINOGRAD and HALO TILE once each on ``problem`` under Nsight Compute (``NCU``'s metrics), as
-    results rows with metric "ncu <label>"; empty, with a line saying why, where ncu cannot run."""
-    ncu = check.cuda_tool("ncu", "the profile")
-    if not ncu:
+    """WINOGRAD's two versions and HALO TILE once each on ``problem`` under Nsight Compute (``NCU``'s
+    metrics), as results rows with metric "ncu <label>"; empty, with a line saying why, where ncu cannot run."""
+    text = check.ncu_csv(["-m", __name__, problem], NCU.values(), "regex:conv_", "the profile")
+    if text is None:
         return []
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
-    cmd = [ncu, "--csv", "--kernel-name", "regex:conv_", "--metrics", ",".join(NCU.values())]
-    out = subprocess.run(
-        [*cmd, sys.executable, "-m", __name__, problem], capture_output=True, text=True, timeout=600, cwd=root, env=env
-    )
-    if out.returncode != 0 or '"Metric Name"' not in out.stdout:
-        raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stderr or out.stdout)[-2000:]}")
-    names = {KERNEL: NAME, registry.get(HALO).kernel: HALO}
+    header, rows = perfmodel.ncu_csv_table(text)
+    launch_ids = list(dict.fromkeys(row[header.index("ID")] for row in rows))
+    if len(launch_ids) != len(PROFILED):
+        raise RuntimeError(f"ncu profiled {len(launch_ids)} launches, expected {len(PROFILED)}: {', '.join(PROFILED)}")
+    names = dict(zip(launch_ids, PROFILED, strict=True))
     labels = {metric: label for label, metric in NCU.items()}
     return [
-        {"kernel": names[kernel], "problem": problem, "metric": f"ncu {labels[metric]}", "value": value, "unit": ""}
-        for kernel, metric, value in perfmodel.ncu_values(out.stdout)
-        if kernel in names and metric in labels
+        {
+            "kernel": names[row[header.index("ID")]],
+            "problem": problem,
+            "metric": f"ncu {labels[row[header.index('Metric Name')]]}",
+            "value": float(row[header.index("Metric Value")].replace(",", "")),
+            "unit": "",
+        }
+        for row in rows
+        if row[header.index("Metric Name")] in labels
     ]
 
 
 def _launch_once(problem: str) -> None:
-    """WINOGRAD and HALO TILE once each on ``problem`` (what ``ncu_rows`` profiles)."""
+    """The kernels of PROFILED once each on ``problem``, in that order (what ``ncu_rows`` profiles)."""
     p = common.PROBLEMS[problem]
     x, f = (device.xp().asarray(a) for a in common.to_layout(*common.random_inputs(p, seed=0), "nhwc"))
-    for s in (stage(), cuda_stages.stage(HALO)):
+    for s in (stage(one_pass=False), stage(), cuda_stages.stage(HALO)):
         common.run(s, x, f)
     device.xp().cuda.Device().synchronize()
 

@@ -298,6 +298,31 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25, tool: str = "m
     return proc.returncode == 0
 
 
+def ncu_csv(args: list[str], metrics, kernels: str, shown: str, timeout: int = 600) -> str | None:
+    """``ncu --csv`` over ``python *args`` from the repository's root: the named ``metrics`` of every
+    launch of a kernel that ``kernels`` matches (ncu's --kernel-name, e.g. "regex:conv_"), as ncu prints
+    them; without a GPU or ncu, one line saying where to see ``shown``, and None. A RuntimeError with
+    the end of ncu's output where it fails."""
+    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+        raise TypeError(f"args: expected a list of strings such as ['-m', 'kernels.conv.winograd'], got {args!r}")
+    ncu = cuda_tool("ncu", shown)
+    if not ncu:
+        return None
+    root = Path(__file__).resolve().parents[2]  # as memcheck: the checkout's kernels, also from a script
+    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
+    proc = subprocess.run(
+        [ncu, "--csv", "--kernel-name", kernels, "--metrics", ",".join(metrics), sys.executable, *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0 or '"Metric Name"' not in proc.stdout:
+        raise RuntimeError(f"ncu failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
+    return proc.stdout
+
+
 def _real(a: np.ndarray, what: str) -> np.ndarray:
     """``a`` in float64; complex values (whose imaginary part the conversion would drop) and
     non-numbers (strings, objects, dates) are refused."""

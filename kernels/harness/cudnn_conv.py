@@ -159,6 +159,10 @@ class ConvFprop:
                 rows.append(PlanTiming(i, name, None, f"{type(err).__name__}: {str(err)[:80]}"))
         return rows
 
+    def fastest_launcher(self, x, w, out, repeat: int = 20):
+        """The launcher of the fastest plan on these operands, every plan timed first (``time_plans``)."""
+        return self.launcher(self.fastest(self.time_plans(x, w, out, repeat=repeat)).index, x, w, out)
+
     @staticmethod
     def fastest(plans: list[PlanTiming]) -> PlanTiming:
         """The fastest plan that ran; an error naming how many were tried when none did."""
@@ -166,3 +170,16 @@ class ConvFprop:
         if not ran:
             raise RuntimeError(f"none of cuDNN's {len(plans)} plans ran on this problem")
         return min(ran, key=lambda p: p.ms)
+
+
+def autotuned_torch():
+    """PyTorch set up as its users run convolutions fastest: ``cudnn.benchmark`` on (the first call of a
+    shape times cuDNN's algorithms and keeps the fastest) and TF32 off (FP32 stays FP32); None, with the
+    reason printed, where PyTorch is not installed."""
+    try:
+        import torch
+    except ImportError as err:
+        print(f"PyTorch left out: {err}")
+        return None
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = True, False
+    return torch

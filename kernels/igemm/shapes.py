@@ -150,21 +150,17 @@ def _cudnn_frontend(problem: ig.Problem, x, w, out):
     if why := missing():
         print(f"cuDNN frontend left out: {why}")
         return None
-    conv = CudnnConv(problem)
-    best = conv.fastest(conv.time_plans(x, w, out, repeat=REPEAT))
-    return conv.launcher(best.index, x, w, out)
+    return CudnnConv(problem).fastest_launcher(x, w, out, repeat=REPEAT)
 
 
 def _torch(problem: ig.Problem, x, w, out):
     """F.conv2d on channels-last views of x and w with cudnn.benchmark, its NHWC result copied to ``out``
     only for the check; None with the reason printed where PyTorch is missing."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as err:
-        print(f"PyTorch left out: {err}")
+    from ..harness.cudnn_conv import autotuned_torch
+
+    if (torch := autotuned_torch()) is None:
         return None
-    torch.backends.cudnn.benchmark = True
+    F = torch.nn.functional
     xt = torch.from_dlpack(x).permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: channels-last
     wt = torch.from_dlpack(w).permute(0, 3, 1, 2)
     yt = torch.from_dlpack(out)
