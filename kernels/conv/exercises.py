@@ -14,7 +14,7 @@ from kernels.harness import perfmodel
 from kernels.harness.accesses import COALESCED
 from kernels.harness.exercise import Exercise, Part, Question, register
 
-from . import common, cuda_stages, model, stored_run
+from . import common, cuda_stages, model, stored_run, winograd
 from .common import R, S, reference
 
 # --- conv-ex-coalescing: NAIVE's threads and loops, the data in NHWC ------------------------------
@@ -226,6 +226,26 @@ register(
                 lambda: _ncu("stalls", "COALESCING", "conv2")["memory latency"],
                 "the 'memory latency' stall of COALESCING on conv2",
                 rtol=0.05,
+            ),
+        },
+    )
+)
+
+register(
+    Question(
+        label="conv-ex-banks",
+        task="WINOGRAD's loads of V: passes a quarter warp's float4 load takes with runs of 8 and of 4 tiles a "
+        "thread, and the shared-memory wavefronts the runs of 4 save on conv1 (millions)",
+        parts={
+            "passes_run8": Part(
+                lambda: winograd.v_load_passes(one_pass=False)[0],
+                "accesses.bank_degree of threads 0-7's byte addresses 4 * 8 * tg, 16 bytes each",
+                rtol=0,
+            ),
+            "passes_run4": Part(lambda: winograd.v_load_passes(one_pass=True)[0], "the same with 4 * 4 * tg", rtol=0),
+            "saved_millions": Part(
+                lambda: winograd.v_loads(_conv("conv1")) * 4 * (winograd.v_load_passes(one_pass=False)[0] - 1) / 1e6,
+                "loads of V (2 per channel, in every warp of every block) x the quarters of a warp x the passes saved",
             ),
         },
     )

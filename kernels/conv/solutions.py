@@ -10,7 +10,7 @@ from numba import cuda, float32
 
 from kernels.harness.exercise import attach  # first: the harness picks the simulator
 
-from . import common, cuda_stages, model, stored_run
+from . import common, cuda_stages, model, stored_run, winograd
 from .exercises import _reg_e, _reg_tiling
 from .s2_coalescing import conv_coalescing  # the published solution is the stage itself
 
@@ -232,5 +232,28 @@ attach(
             "block_wait: not yet",
         ),
         "one queue only": ({**_STALL_ANSWERS, "queue_columns": ["global load queue full"]}, "queue_columns: not yet"),
+    },
+)
+
+
+def _quarter_passes(run: int) -> int:
+    """Threads 0-7 load the float4 at float run * tg: the passes their 16-byte loads take."""
+    from kernels.harness import accesses
+
+    return accesses.bank_degree([4 * run * tg for tg in range(8)], 16)
+
+
+_V_LOADS = winograd.v_loads(CONV1) / 1e6  # 2 per channel in each of a block's 8 warps
+_BANK_ANSWERS = {
+    "passes_run8": _quarter_passes(8),
+    "passes_run4": _quarter_passes(4),
+    "saved_millions": _V_LOADS * 4 * (_quarter_passes(8) - _quarter_passes(4)),
+}
+attach(
+    "conv-ex-banks",
+    _BANK_ANSWERS,
+    {
+        "the quarters forgotten": ({**_BANK_ANSWERS, "saved_millions": _V_LOADS}, "saved_millions: not yet"),
+        "whole warp, not a quarter": ({**_BANK_ANSWERS, "passes_run8": 4, "passes_run4": 2}, "passes_run8: not yet"),
     },
 )

@@ -10,9 +10,10 @@
 // channels. Per chunk of BKC input channels it copies the 18 x 18 input halo (as HALO TILE does) and
 // U's chunk with cp.async, two buffers deep; transforms the halo into V[xi][c][tile] = B^T d B in shared
 // memory; then 16 thread groups, one per xi, multiply V[xi] (64 tiles x BKC) by U[xi] (BKC x BN), each
-// thread an 8-tile x 16-channel register tile (its 8 tiles: two runs of 4, 32 tiles apart; with
-// -DV_ONE_PASS=0 one run of 8, the first version, whose loads of V take two passes). At the end the 16 products of each (tile, output channel)
-// meet in shared memory, a round of 8 output channels at a time, for the output transform A^T M A.
+// thread an 8-tile x 16-channel register tile (its 8 tiles in two runs of 4, 32 tiles apart; with
+// -DV_ONE_PASS=0 in one run of 8: the first version, whose loads of V take two passes). At the end the
+// 16 products of each (tile, output channel) meet in shared memory, a round of 8 output channels at a
+// time, for the output transform A^T M A.
 // Needs C and K multiples of 4 and 16-byte aligned tensors. Layout NHWC, filter (3, 3, C, K).
 #include "halo_copy.cuh"
 

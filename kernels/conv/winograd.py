@@ -88,7 +88,7 @@ def _options(bkc: int, one_pass: bool) -> tuple[str, ...]:
     return f"-DBKC={bkc}", f"-DV_ONE_PASS={int(one_pass)}"
 
 
-def v_load_passes(one_pass: bool = True, bkc: int = BKC) -> tuple[int, int]:
+def v_load_passes(one_pass: bool = True) -> tuple[int, int]:
     """(passes, fewest): the passes through shared memory that a quarter warp's float4 load of V takes in
     the product loop, and the fewest its distinct words could take, from the .cu file's layout. Shared
     memory serves a 16-byte load a quarter warp (8 threads, 128 bytes) at a time; in a quarter, threads
