@@ -37,8 +37,8 @@ def test_kernels_compile_without_spills_and_one_block_fits_an_sm(one_pass):
     compiled = winograd.compile_info(one_pass=one_pass)
     assert {r.kernel for r in compiled.resources} == {winograd.KERNEL, winograd.FILTER_KERNEL}
     assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in compiled.resources)
-    _, resident = winograd.block_instructions(common.PROBLEMS["conv1"])
-    assert resident == 1
+    registers = next(r.registers for r in compiled.resources if r.kernel == winograd.KERNEL)
+    assert winograd.perfmodel.register_warps(registers) // (winograd.THREADS // 32) == 1  # two warps a scheduler
     assert winograd.smem_bytes() <= 227 * 1024
 
 
@@ -74,6 +74,19 @@ def test_multiply_adds_are_four_ninths_of_the_direct_ones_on_whole_tiles():
 def test_loads_of_v_take_one_pass_per_quarter_warp_and_took_two_in_the_first_version():
     assert winograd.v_load_passes(one_pass=True) == (1, 1)
     assert winograd.v_load_passes(one_pass=False) == (2, 1)  # threads 4 apart: words 32 floats apart
+
+
+def test_tile_runs_are_read_from_the_kernel_source(monkeypatch, tmp_path):
+    assert winograd.tile_runs(True) == {"RUN": 4, "SECOND": 32} and winograd.tile_runs(False) == {"RUN": 8, "SECOND": 4}
+    source = tmp_path / "winograd.cu"
+    source.write_text("constexpr int RUN = V_ONE_PASS ? 2 : 8;\nconstexpr int SECOND = V_ONE_PASS ? 16 : 4;\n")
+    monkeypatch.setattr(winograd.cuda_cpp, "source_path", lambda path: source)
+    assert winograd.v_load_passes(one_pass=True) == (1, 1)  # 8 float4s 32 bytes apart: still one pass
+    source.write_text("constexpr int RUN = 4;\n")
+    with pytest.raises(RuntimeError, match="RUN and SECOND not found"):
+        winograd.tile_runs(True)
+    with pytest.raises(TypeError, match="one_pass: True or False"):
+        winograd.tile_runs(1)
 
 
 def test_v_loads_count_two_per_channel_in_every_warp_of_every_block():
@@ -159,8 +172,36 @@ def test_blocks_cover_the_image_in_16_pixel_tiles_and_32_or_64_channels():
     assert winograd.blocks(p, halo=True) == 2 * 2 * 3 * 2
 
 
+def _ncu_csv(launches):
+    """ncu's long CSV for the given (ID, kernel) launches, each with two metrics of NCU."""
+    rows = ['"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"']
+    metrics = [winograd.NCU["warp instructions"], winograd.NCU["issue %"]]
+    for launch, kernel in launches:
+        rows += [
+            f'"{launch}","{kernel}(float const*)","{m}","","{1000 * (launch + 1) + i:,}"' for i, m in enumerate(metrics)
+        ]
+    return "==PROF== Connected\n" + "\n".join(rows) + "\n"
+
+
+def test_ncu_rows_name_the_launches_in_the_order_they_ran(monkeypatch):
+    text = _ncu_csv([(0, "conv_winograd"), (1, "conv_winograd"), (2, "conv_halo_tile")])
+    monkeypatch.setattr(winograd.check, "ncu_csv", lambda *args, **kw: text)
+    rows = {(r["kernel"], r["metric"]): r["value"] for r in winograd.ncu_rows("conv1")}
+    assert rows[(winograd.TWO_PASS, "ncu warp instructions")] == 1000
+    assert rows[(winograd.NAME, "ncu warp instructions")] == 2000
+    assert rows[(winograd.HALO, "ncu issue %")] == 3001
+    assert len(rows) == 6
+
+
+def test_ncu_rows_refuse_a_profile_that_missed_a_launch(monkeypatch):
+    text = _ncu_csv([(0, "conv_winograd"), (1, "conv_halo_tile")])
+    monkeypatch.setattr(winograd.check, "ncu_csv", lambda *args, **kw: text)
+    with pytest.raises(RuntimeError, match="ncu profiled 2 launches, expected 3"):
+        winograd.ncu_rows("conv1")
+
+
 @pytest.mark.skipif(device.MODE == device.GPU, reason="checks the refusal without a GPU")
-def test_ncu_rows_without_a_gpu_say_why_and_return_none(capsys):
+def test_ncu_rows_without_a_gpu_say_why_and_return_no_rows(capsys):
     assert winograd.ncu_rows("conv1") == []
     assert "ncu needs a GPU" in capsys.readouterr().out
 

@@ -199,9 +199,12 @@ def test_ncu_csv_without_a_gpu_says_where_to_look(capsys):
     assert "ncu needs a GPU; for the counts" in capsys.readouterr().out
 
 
-def test_ncu_csv_takes_a_list_of_arguments():
+def test_ncu_csv_takes_a_list_of_arguments_and_of_metrics():
     with pytest.raises(TypeError, match="args: expected a list of strings"):
         check.ncu_csv("-c pass", ("a.sum",), "regex:x", "the counts")
+    for metrics in ("a.sum", (), ("a.sum", 3)):
+        with pytest.raises(TypeError, match="metrics: expected names of ncu metrics"):
+            check.ncu_csv(["-c", "pass"], metrics, "regex:x", "the counts")
 
 
 _WRITE = (

@@ -244,7 +244,12 @@ register(
             ),
             "passes_run4": Part(lambda: winograd.v_load_passes(one_pass=True)[0], "the same with 4 * 4 * tg", rtol=0),
             "saved_millions": Part(
-                lambda: winograd.v_loads(_conv("conv1")) * 4 * (winograd.v_load_passes(one_pass=False)[0] - 1) / 1e6,
+                lambda: (
+                    winograd.v_loads(_conv("conv1"))
+                    * 4
+                    * (winograd.v_load_passes(one_pass=False)[0] - winograd.v_load_passes(one_pass=True)[0])
+                    / 1e6
+                ),
                 "loads of V (2 per channel, in every warp of every block) x the quarters of a warp x the passes saved",
             ),
         },

@@ -9,6 +9,7 @@ C++ kernel (kernels/conv/winograd.cu) as a Stage that ``common.run`` and ``commo
 
 from __future__ import annotations
 
+import re
 import sys
 from itertools import pairwise
 
@@ -88,15 +89,26 @@ def _options(bkc: int, one_pass: bool) -> tuple[str, ...]:
     return f"-DBKC={bkc}", f"-DV_ONE_PASS={int(one_pass)}"
 
 
+def tile_runs(one_pass: bool = True) -> dict[str, int]:
+    """RUN and SECOND as the .cu file defines them: thread tg's 8 tiles are RUN * tg + 0..3 and, SECOND
+    tiles on, 4 more."""
+    if not isinstance(one_pass, bool):
+        raise TypeError(f"one_pass: True or False, got {one_pass!r}")
+    text = cuda_cpp.source_path(FILE).read_text()
+    found = re.findall(r"constexpr int (RUN|SECOND) = V_ONE_PASS \? (\d+) : (\d+);", text)
+    if {name for name, _, _ in found} != {"RUN", "SECOND"}:
+        raise RuntimeError(f"{FILE}: RUN and SECOND not found as 'constexpr int NAME = V_ONE_PASS ? a : b;'")
+    return {name: int(a if one_pass else b) for name, a, b in found}
+
+
 def v_load_passes(one_pass: bool = True) -> tuple[int, int]:
     """(passes, fewest): the passes through shared memory that a quarter warp's float4 load of V takes in
     the product loop, and the fewest its distinct words could take, from the .cu file's layout. Shared
     memory serves a 16-byte load a quarter warp (8 threads, 128 bytes) at a time; in a quarter, threads
     that read different words of one bank take turns (``accesses.bank_degree``). Threads 0-7 at channel
     0; every quarter reads the same banks (its group's V starts a multiple of 32 words further on)."""
-    run = 4 if one_pass else 8  # the .cu file's RUN: a thread's tiles start RUN * tg
-    words = [run * tg for tg in range(8)]
-    return accesses.bank_degree([4 * w for w in words], 16), accesses.min_bank_degree([4 * w for w in words], 16)
+    addresses = [4 * tile_runs(one_pass)["RUN"] * tg for tg in range(8)]  # bytes: a thread's first tile
+    return accesses.bank_degree(addresses, 16), accesses.min_bank_degree(addresses, 16)
 
 
 def v_loads(p: Problem) -> int:
@@ -195,8 +207,12 @@ def stage(bkc: int = BKC, one_pass: bool = True) -> Stage:
     return Stage(name, "nhwc", launch, c_multiple=4, k_multiple=4, needs_gpu=True, options=options)
 
 
-# The kernels _launch_once runs, in its order: ncu names both WINOGRAD versions conv_winograd
+# The kernels _launch_once runs, in this order: ncu names both WINOGRAD versions conv_winograd
 PROFILED = (TWO_PASS, NAME, HALO)
+
+
+def _profiled_stages() -> dict[str, Stage]:
+    return {TWO_PASS: stage(one_pass=False), NAME: stage(), HALO: cuda_stages.stage(HALO)}
 
 
 def ncu_rows(problem: str = "conv1") -> list[dict]:
@@ -205,22 +221,16 @@ def ncu_rows(problem: str = "conv1") -> list[dict]:
     text = check.ncu_csv(["-m", __name__, problem], NCU.values(), "regex:conv_", "the profile")
     if text is None:
         return []
-    header, rows = perfmodel.ncu_csv_table(text)
-    launch_ids = list(dict.fromkeys(row[header.index("ID")] for row in rows))
+    values = list(perfmodel.ncu_launch_values(text))
+    launch_ids = list(dict.fromkeys(launch for launch, _, _, _ in values))
     if len(launch_ids) != len(PROFILED):
         raise RuntimeError(f"ncu profiled {len(launch_ids)} launches, expected {len(PROFILED)}: {', '.join(PROFILED)}")
     names = dict(zip(launch_ids, PROFILED, strict=True))
     labels = {metric: label for label, metric in NCU.items()}
     return [
-        {
-            "kernel": names[row[header.index("ID")]],
-            "problem": problem,
-            "metric": f"ncu {labels[row[header.index('Metric Name')]]}",
-            "value": float(row[header.index("Metric Value")].replace(",", "")),
-            "unit": "",
-        }
-        for row in rows
-        if row[header.index("Metric Name")] in labels
+        {"kernel": names[launch], "problem": problem, "metric": f"ncu {labels[metric]}", "value": value, "unit": ""}
+        for launch, _, metric, value in values
+        if metric in labels
     ]
 
 
@@ -228,8 +238,9 @@ def _launch_once(problem: str) -> None:
     """The kernels of PROFILED once each on ``problem``, in that order (what ``ncu_rows`` profiles)."""
     p = common.PROBLEMS[problem]
     x, f = (device.xp().asarray(a) for a in common.to_layout(*common.random_inputs(p, seed=0), "nhwc"))
-    for s in (stage(one_pass=False), stage(), cuda_stages.stage(HALO)):
-        common.run(s, x, f)
+    stages = _profiled_stages()
+    for name in PROFILED:
+        common.run(stages[name], x, f)
     device.xp().cuda.Device().synchronize()
 
 

@@ -305,6 +305,9 @@ def ncu_csv(args: list[str], metrics, kernels: str, shown: str, timeout: int = 6
     the end of ncu's output where it fails."""
     if isinstance(args, str) or not all(isinstance(a, str) for a in args):
         raise TypeError(f"args: expected a list of strings such as ['-m', 'kernels.conv.winograd'], got {args!r}")
+    metrics = tuple(metrics) if not isinstance(metrics, str) else None
+    if not metrics or not all(isinstance(m, str) for m in metrics):
+        raise TypeError("metrics: expected names of ncu metrics, such as ('smsp__inst_executed.sum',), not one string")
     ncu = cuda_tool("ncu", shown)
     if not ncu:
         return None

@@ -356,15 +356,23 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[list[str]]]:
     return table[0], table[1:]
 
 
-def ncu_values(text: str):
-    """(kernel name without its parameter list, metric, value) for every row of ``ncu --csv`` output."""
+def ncu_launch_values(text: str):
+    """(launch ID, kernel name without its parameter list, metric, value) for every row of ``ncu --csv``
+    output: the ID tells apart launches of kernels with the same name, in launch order."""
     header, rows = ncu_csv_table(text)
     for row in (dict(zip(header, values, strict=True)) for values in rows):
         yield (
+            row.get("ID"),
             re.sub(r"\(.*", "", row["Kernel Name"]).strip(),
             row.get("Metric Name"),
             float(row["Metric Value"].replace(",", "")),
         )
+
+
+def ncu_values(text: str):
+    """(kernel name without its parameter list, metric, value) for every row of ``ncu --csv`` output."""
+    for _, kernel, metric, value in ncu_launch_values(text):
+        yield kernel, metric, value
 
 
 def read_ncu_csv(text: str) -> dict[str, Counts]:

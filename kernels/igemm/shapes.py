@@ -154,8 +154,9 @@ def _cudnn_frontend(problem: ig.Problem, x, w, out):
 
 
 def _torch(problem: ig.Problem, x, w, out):
-    """F.conv2d on channels-last views of x and w with cudnn.benchmark, its NHWC result copied to ``out``
-    only for the check; None with the reason printed where PyTorch is missing."""
+    """F.conv2d on channels-last views of x and w with cudnn.benchmark (and TF32 off, for the process:
+    ``cudnn_conv.autotuned_torch``; these problems are fp16), its NHWC result copied to ``out`` only for
+    the check; None with the reason printed where PyTorch is missing."""
     from ..harness.cudnn_conv import autotuned_torch
 
     if (torch := autotuned_torch()) is None:
