@@ -61,6 +61,7 @@ def test_every_kernel_of_the_step_is_timed():
         "Numba backward",
         "B1 backward",
         "F1 step",
+        "F2 step",
     ]
     assert all(np.isfinite(r["value"]) and r["value"] > 0 for r in rows)
 

@@ -57,7 +57,7 @@ def step_bytes(shape) -> dict:
 
 
 def fused_step_bytes(shape) -> int:
-    """DRAM bytes of the step in one kernel (F1): both images read, the gradient written, no map stored."""
+    """DRAM bytes of the step in one kernel (F1, F2): both images read, the gradient written, no map stored."""
     return 3 * step_bytes(shape)["forward"] // 5
 
 
@@ -85,7 +85,8 @@ def kernel_rows(shape, repeat: int = 50) -> list[dict]:
         "V13 training mean": lambda: module.launch_mean("V13", a, b, sums, False, derivs),
         "Numba backward": lambda: backward.run(a, b, grad, *derivs, out=out),
         "B1 backward": lambda: backward.run_constant(a, b, *derivs, g, out=out),
-        "F1 step": lambda: backward.step(a, b, g, out=out, sums=sums),
+        "F1 step": lambda: backward.step(a, b, g, out=out, sums=sums, version="F1"),
+        "F2 step": lambda: backward.step(a, b, g, out=out, sums=sums, version="F2"),
     }
     problem = "x".join(map(str, shape))
     return [
