@@ -1,11 +1,11 @@
 """Run every SSIM version once at an odd size and at a width that is a multiple of 4, for compute-sanitizer:
 
     compute-sanitizer --tool memcheck python3 scripts/ssim_sanitize.py [VERSION ...]   # default: every version
-    compute-sanitizer --tool racecheck python3 scripts/ssim_sanitize.py --step         # F1 alone
+    compute-sanitizer --tool racecheck python3 scripts/ssim_sanitize.py --step         # F1 and F2 alone
 
 Inference and training mode of every version (and the fused mean, where a version has one), then the
 backward kernels: the Numba one on V4's derivative maps, and B1 on each fused-mean version's training
-forward; with ``--step``, only the training step in one kernel (F1), on the whole map's mean and the
+forward; with ``--step``, only the training step in one kernel (F1 and F2), on the whole map's mean and the
 valid map's. Each result is checked against the float64 reference so a clean run also means a correct one.
 """
 
@@ -15,31 +15,40 @@ from kernels.harness import check, device
 from kernels.ssim import backward, common, cuda_versions
 
 SHAPES = ((1, 3, 37, 53), common.ALIGNED_SHAPE)  # odd sizes, and V7's 16-byte copy path
-STEP_SHAPES = (*SHAPES, (1, 2, 40, 1000))  # and a width at which F1's middle blocks copy 16-byte chunks
+STEP_SHAPES = (*SHAPES, (1, 2, 40, 1000))  # and a width at which the step's middle blocks copy 16-byte chunks
 
 
 def step_checks() -> int:
-    """F1 (backward.step) against the float64 reference at STEP_SHAPES, both paddings: the failures."""
+    """F1 and F2 (backward.step) against the float64 reference at STEP_SHAPES, both paddings: the failures."""
     import cupy
 
     failures = 0
-    for shape in STEP_SHAPES:
-        a, b = common.test_images(shape, seed=2)
-        for valid in (False, True):
-            g = 1.0 / a.size
-            grad_map = common.mean_grad_map(shape, g, valid=valid)
-            sums, grad = backward.step(cupy.asarray(a), cupy.asarray(b), g, valid=valid)
-            label = f"F1 step {'x'.join(map(str, shape))}{' valid' if valid else ''}"
-            ref = common.reference(a, b)
-            ref = common.crop_valid(ref) if valid else ref
-            pixels = ref[0, 0].size
-            want = ref.reshape(shape[0] * shape[1], -1).sum(axis=1) / pixels
-            for result in (
-                check.compare(grad, common.reference_backward(a, b, grad_map), atol=1e-6, name=f"{label} gradient"),
-                check.compare(sums / pixels, want, atol=common.MEAN_ATOL, name=f"{label} mean"),
-            ):
-                failures += not result.ok
-                print(result)
+    for version in backward.STEP_VERSIONS:
+        for shape in STEP_SHAPES:
+            a, b = common.test_images(shape, seed=2)
+            for valid in (False, True):
+                failures += _step_check(cupy, version, a, b, valid)
+    return failures
+
+
+def _step_check(cupy, version: str, a, b, valid: bool) -> int:
+    """One step of ``version`` on images a and b: its failures (0 to 2), each comparison printed."""
+    shape = a.shape
+    g = 1.0 / a.size
+    grad_map = common.mean_grad_map(shape, g, valid=valid)
+    sums, grad = backward.step(cupy.asarray(a), cupy.asarray(b), g, valid=valid, version=version)
+    label = f"{version} step {'x'.join(map(str, shape))}{' valid' if valid else ''}"
+    ref = common.reference(a, b)
+    ref = common.crop_valid(ref) if valid else ref
+    pixels = ref[0, 0].size
+    want = ref.reshape(shape[0] * shape[1], -1).sum(axis=1) / pixels
+    failures = 0
+    for result in (
+        check.compare(grad, common.reference_backward(a, b, grad_map), atol=1e-6, name=f"{label} gradient"),
+        check.compare(sums / pixels, want, atol=common.MEAN_ATOL, name=f"{label} mean"),
+    ):
+        failures += not result.ok
+        print(result)
     return failures
 
 
@@ -51,7 +60,7 @@ def main(versions) -> int:
 
     if "--step" in versions:
         if versions != ["--step"]:
-            print("--step runs F1 alone; give it without version names")
+            print("--step runs F1 and F2 alone; give it without version names")
             return 2
         failures = step_checks()
         cupy.cuda.runtime.deviceSynchronize()

@@ -272,7 +272,7 @@ def test_backward_constant_gradient_matches_reference(rng):
 @pytest.mark.parametrize("valid", [False, True])
 def test_training_step_in_one_call_matches_reference(valid, rng):
     """backward.step: each plane's SSIM sum and dL/dimg1 of g * that sum (of the valid map's, with valid),
-    outputs poisoned first; on a GPU F1 (step.cu), in the simulator the Numba forward and backward."""
+    outputs poisoned first; on a GPU F2 (step.cu), in the simulator the Numba forward and backward."""
     shape = (2, 1, 13, 17)
     a, b = common.test_images(shape, seed=rng)
     da, db = to_device(a, b)
@@ -311,6 +311,8 @@ def test_training_step_names_what_it_refuses(rng):
         backward.step(a, b, 1.0, sums=xp.zeros(2, dtype=np.float32))
     with pytest.raises(ValueError, match="same shape"):
         backward.step(a, b[:, :1], 1.0)
+    with pytest.raises(ValueError, match=r"version: expected one of \['F1', 'F2'\], got 'F3'"):
+        backward.step(a, b, 1.0, version="F3")
 
 
 @pytest.mark.parametrize("g", [True, float("nan"), float("inf"), "0.5", None])

@@ -145,17 +145,18 @@ def test_backward_constant_gradient_cuda(shape, rng):
 STEP_SHAPES = [(1, 1, 11, 11), (2, 1, 37, 53), common.ALIGNED_SHAPE, (1, 3, 1031, 777), (2, 1, 300, 1000)]
 
 
+@pytest.mark.parametrize("version", sorted(backward.STEP_VERSIONS))
 @pytest.mark.parametrize("valid", [False, True])
 @pytest.mark.parametrize("kind", ["random", "structured"])
 @pytest.mark.parametrize("shape", STEP_SHAPES)
-def test_training_step_in_one_kernel_cuda(shape, kind, valid, rng):
-    """F1 (step.cu): the sums and dL/dimg1 of the mean loss at odd sizes, batch > 1, one channel, a width
-    that is a multiple of 4 (16-byte copies) and one with interior blocks in several strips; poisoned out."""
+def test_training_step_in_one_kernel_cuda(shape, kind, valid, version, rng):
+    """F1 and F2 (step.cu): the sums and dL/dimg1 of the mean loss at odd sizes, batch > 1, one channel, a
+    width that is a multiple of 4 (16-byte copies) and one with interior blocks in several strips; poisoned out."""
     import cupy
 
     a, b = common.test_images(shape, kind=kind, seed=rng)
     g = -1.0 / a.size
-    sums, grad = backward.step(cupy.asarray(a), cupy.asarray(b), g, valid=valid, out=poisoned(shape))
+    sums, grad = backward.step(cupy.asarray(a), cupy.asarray(b), g, valid=valid, out=poisoned(shape), version=version)
     want = common.reference_backward(a, b, common.mean_grad_map(shape, g, valid=valid))
     check.assert_close(grad, want, atol=1e-5 * float(np.abs(want).max()), name="dL/dimg1 (1e-5 of its max)")
     ssim = common.reference(a, b)
@@ -166,9 +167,10 @@ def test_training_step_in_one_kernel_cuda(shape, kind, valid, rng):
     )
 
 
-def test_training_step_in_one_kernel_at_an_odd_offset(rng):
-    """Arrays that start 4 bytes past a 16-byte boundary take F1's per-element path, with the same result:
-    at this width, aligned arrays would take the 16-byte path in the middle blocks."""
+@pytest.mark.parametrize("version", sorted(backward.STEP_VERSIONS))
+def test_training_step_in_one_kernel_at_an_odd_offset(version, rng):
+    """Arrays that start 4 bytes past a 16-byte boundary take the step's per-element path, with the same
+    result: at this width, aligned arrays would take the 16-byte path in the middle blocks."""
     import cupy
 
     shape = (1, 2, 64, 1000)
@@ -180,7 +182,7 @@ def test_training_step_in_one_kernel_at_an_odd_offset(rng):
         flat[1:] = cupy.asarray(x).ravel()
         views.append(flat[1:].reshape(shape))
     out = check.poison(cupy.empty(size + 1, dtype=cupy.float32))[1:].reshape(shape)
-    sums, grad = backward.step(*views, 0.5, out=out)
+    sums, grad = backward.step(*views, 0.5, out=out, version=version)
     want = common.reference_backward(a, b, np.full(shape, 0.5))
     check.assert_close(grad, want, atol=1e-5 * float(np.abs(want).max()), name="dL/dimg1 at an odd offset")
     ssim = common.reference(a, b)

@@ -61,6 +61,7 @@ def test_every_kernel_of_the_step_is_timed():
         "Numba backward",
         "B1 backward",
         "F1 step",
+        "F2 step",
     ]
     assert all(np.isfinite(r["value"]) and r["value"] > 0 for r in rows)
 
@@ -202,3 +203,38 @@ def test_f1_grid_covers_the_image_with_step_cu_strips(shape):
     assert block == (k["kThreads"],) and gz == n * c
     assert (gx - 1) * k["kOut"] < w <= gx * k["kOut"] and (gy - 1) * k["kRows"] < h <= gy * k["kRows"]
     assert k["kOut"] % 4 == 0 and k["kLead"] % 4 == 0 and k["kOut"] + 2 * 5 < k["kDCols"]
+
+
+def _step_ncu_csv(launch_ids):
+    """ncu's long CSV for launches of step.cu with the given IDs, each with two metrics of STEP_NCU."""
+    rows = ['"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"']
+    metrics = [training.STEP_NCU["warp instructions"], training.STEP_NCU["barrier stall"]]
+    for launch in launch_ids:
+        rows += [
+            f'"{launch}","ssim_step_f1(float const*)","{m}","","{1000 * (launch + 1) + i:,}"'
+            for i, m in enumerate(metrics)
+        ]
+    return "==PROF== Connected\n" + "\n".join(rows) + "\n"
+
+
+def test_step_ncu_rows_name_the_versions_in_the_order_they_ran(monkeypatch):
+    monkeypatch.setattr(training.check, "ncu_csv", lambda *args, **kw: _step_ncu_csv([0, 1]))
+    rows = {(r["kernel"], r["metric"]): r["value"] for r in training.step_ncu_rows((1, 3, 64, 128))}
+    assert rows == {
+        ("F1 step", "ncu warp instructions"): 1000,
+        ("F1 step", "ncu barrier stall"): 1001,
+        ("F2 step", "ncu warp instructions"): 2000,
+        ("F2 step", "ncu barrier stall"): 2001,
+    }
+
+
+def test_step_ncu_rows_refuse_a_profile_that_missed_a_version(monkeypatch):
+    monkeypatch.setattr(training.check, "ncu_csv", lambda *args, **kw: _step_ncu_csv([0]))
+    with pytest.raises(RuntimeError, match="ncu profiled 1 launches, expected 2: F1 step, F2 step"):
+        training.step_ncu_rows((1, 3, 64, 128))
+
+
+@pytest.mark.skipif(device.MODE == device.GPU, reason="checks the refusal without a GPU")
+def test_step_ncu_rows_without_a_gpu_say_why_and_return_no_rows(capsys):
+    assert training.step_ncu_rows((1, 3, 64, 128)) == []
+    assert "the profile" in capsys.readouterr().out

@@ -219,19 +219,7 @@ def ncu_rows(problem: str = "conv1") -> list[dict]:
     """WINOGRAD's two versions and HALO TILE once each on ``problem`` under Nsight Compute (``NCU``'s
     metrics), as results rows with metric "ncu <label>"; empty, with a line saying why, where ncu cannot run."""
     text = check.ncu_csv(["-m", __name__, problem], NCU.values(), "regex:conv_", "the profile")
-    if text is None:
-        return []
-    values = list(perfmodel.ncu_launch_values(text))
-    launch_ids = list(dict.fromkeys(launch for launch, _, _, _ in values))
-    if len(launch_ids) != len(PROFILED):
-        raise RuntimeError(f"ncu profiled {len(launch_ids)} launches, expected {len(PROFILED)}: {', '.join(PROFILED)}")
-    names = dict(zip(launch_ids, PROFILED, strict=True))
-    labels = {metric: label for label, metric in NCU.items()}
-    return [
-        {"kernel": names[launch], "problem": problem, "metric": f"ncu {labels[metric]}", "value": value, "unit": ""}
-        for launch, _, metric, value in values
-        if metric in labels
-    ]
+    return [] if text is None else perfmodel.ncu_launch_rows(text, PROFILED, NCU, problem)
 
 
 def _launch_once(problem: str) -> None:

@@ -255,6 +255,22 @@ def cuda_tool(name: str, shown: str) -> str | None:
 SANITIZER_TOOLS = ("memcheck", "racecheck")
 
 
+def _run_python_under(tool: list[str], args: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """``tool + [python, *args]`` from the repository's root, its output captured. The root goes on
+    PYTHONPATH, so a script (python scripts/x.py) imports this checkout's kernels even where it is not
+    installed (Colab clones the repository and puts it on the notebook's sys.path only)."""
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
+    return subprocess.run(
+        [*tool, sys.executable, *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def memcheck(args: list[str], timeout: int = 900, tail: int = 25, tool: str = "memcheck") -> bool | None:
     """Run ``python *args`` from the repository's root under compute-sanitizer's memcheck, which reports
     an out-of-bounds or misaligned access even where it does not change a result (``tool="racecheck"``:
@@ -267,28 +283,8 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25, tool: str = "m
     sanitizer = cuda_tool("compute-sanitizer", "its verdict")
     if not sanitizer:
         return None
-    # A script (python scripts/x.py) imports this checkout's kernels even where it is not installed
-    # (Colab clones the repository and puts it on the notebook's sys.path only).
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
-    proc = subprocess.run(
-        [
-            sanitizer,
-            "--tool",
-            tool,
-            "--report-api-errors",
-            "no",
-            "--error-exitcode",
-            str(MEMCHECK_ERRORS),
-            sys.executable,
-            *args,
-        ],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    tool_args = ["--tool", tool, "--report-api-errors", "no", "--error-exitcode", str(MEMCHECK_ERRORS)]
+    proc = _run_python_under([sanitizer, *tool_args], args, timeout)
     print("\n".join(proc.stdout.splitlines()[-tail:]))
     print(proc.stderr[-1500:])
     verdict = {0: "clean", MEMCHECK_ERRORS: "errors found (report above)"}.get(
@@ -311,16 +307,7 @@ def ncu_csv(args: list[str], metrics, kernels: str, shown: str, timeout: int = 6
     ncu = cuda_tool("ncu", shown)
     if not ncu:
         return None
-    root = Path(__file__).resolve().parents[2]  # as memcheck: the checkout's kernels, also from a script
-    path = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
-    proc = subprocess.run(
-        [ncu, "--csv", "--kernel-name", kernels, "--metrics", ",".join(metrics), sys.executable, *args],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = _run_python_under([ncu, "--csv", "--kernel-name", kernels, "--metrics", ",".join(metrics)], args, timeout)
     if proc.returncode != 0 or '"Metric Name"' not in proc.stdout:
         raise RuntimeError(f"ncu failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
     return proc.stdout

@@ -369,6 +369,24 @@ def ncu_launch_values(text: str):
         )
 
 
+def ncu_launch_rows(text: str, names, metrics: dict[str, str], problem: str) -> list[dict]:
+    """Results rows from ``ncu --csv`` output of one launch per name in ``names``, in launch order: metric
+    "ncu <label>" for each ``metrics`` entry (label: ncu metric). A RuntimeError if ncu profiled another
+    number of launches."""
+    names = list(names)
+    values = list(ncu_launch_values(text))
+    launch_ids = list(dict.fromkeys(launch for launch, _, _, _ in values))
+    if len(launch_ids) != len(names):
+        raise RuntimeError(f"ncu profiled {len(launch_ids)} launches, expected {len(names)}: {', '.join(names)}")
+    by_launch = dict(zip(launch_ids, names, strict=True))
+    labels = {metric: label for label, metric in metrics.items()}
+    return [
+        {"kernel": by_launch[launch], "problem": problem, "metric": f"ncu {labels[metric]}", "value": value, "unit": ""}
+        for launch, _, metric, value in values
+        if metric in labels
+    ]
+
+
 def ncu_values(text: str):
     """(kernel name without its parameter list, metric, value) for every row of ``ncu --csv`` output."""
     for _, kernel, metric, value in ncu_launch_values(text):

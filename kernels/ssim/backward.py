@@ -153,9 +153,15 @@ def b1_launch(shape) -> tuple:
     return ((w + k["kCols"] - 1) // k["kCols"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)
 
 
+STEP_VERSIONS = {"F1": ("-DBACKWARD_LAG=0",), "F2": ()}  # step.cu's versions: their build options
+
+
 @cache
-def f1_kernel():
-    return cuda_cpp.load("ssim/step.cu", "ssim_step_f1")
+def step_kernel(version: str = "F2"):
+    """step.cu's kernel as ``version`` builds it (STEP_VERSIONS)."""
+    if version not in STEP_VERSIONS:
+        raise ValueError(f"version: expected one of {sorted(STEP_VERSIONS)}, got {version!r}")
+    return cuda_cpp.load("ssim/step.cu", "ssim_step_f1", STEP_VERSIONS[version])
 
 
 def f1_launch(shape) -> tuple:
@@ -166,11 +172,14 @@ def f1_launch(shape) -> tuple:
     return ((w + k["kOut"] - 1) // k["kOut"], (h + k["kRows"] - 1) // k["kRows"], n * c), (k["kThreads"],)
 
 
-def step(img1, img2, g, *, valid: bool = False, out=None, sums=None):
+def step(img1, img2, g, *, valid: bool = False, out=None, sums=None, version: str = "F2"):
     """A whole training step of the loss g * (sum of the SSIM map, or of its valid map): (each plane's
     SSIM sum, float64 device array of N*C values; dL/dimg1), not synchronized. ``g`` as for
     ``run_constant``; ``sums`` (N*C float64, zeroed by the caller) and ``out`` may be given. On a GPU one
-    launch of step.cu (F1), which stores no derivative map; in the simulator a Numba forward and ``run``."""
+    launch of step.cu as ``version`` builds it (F1 or F2), which stores no derivative map; in the
+    simulator a Numba forward and ``run``."""
+    if version not in STEP_VERSIONS:
+        raise ValueError(f"version: expected one of {sorted(STEP_VERSIONS)}, got {version!r}")
     n, c, h, w = validate(img1, img2)
     xp = device.xp()
     g_dev = _device_g(g)
@@ -191,5 +200,5 @@ def step(img1, img2, g, *, valid: bool = False, out=None, sums=None):
         return sums, out
     grid, block = f1_launch((n, c, h, w))
     args = (planes(img1), planes(img2), planes(out), sums, np.int32(h), np.int32(w), np.int32(valid), g_dev)
-    f1_kernel()(grid, block, args)
+    step_kernel(version)(grid, block, args)
     return sums, out

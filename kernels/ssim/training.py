@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.harness import check, device, timing
+from kernels.harness import check, device, perfmodel, timing
 
 from . import backward, common
 
@@ -57,7 +57,7 @@ def step_bytes(shape) -> dict:
 
 
 def fused_step_bytes(shape) -> int:
-    """DRAM bytes of the step in one kernel (F1): both images read, the gradient written, no map stored."""
+    """DRAM bytes of the step in one kernel (F1, F2): both images read, the gradient written, no map stored."""
     return 3 * step_bytes(shape)["forward"] // 5
 
 
@@ -85,7 +85,8 @@ def kernel_rows(shape, repeat: int = 50) -> list[dict]:
         "V13 training mean": lambda: module.launch_mean("V13", a, b, sums, False, derivs),
         "Numba backward": lambda: backward.run(a, b, grad, *derivs, out=out),
         "B1 backward": lambda: backward.run_constant(a, b, *derivs, g, out=out),
-        "F1 step": lambda: backward.step(a, b, g, out=out, sums=sums),
+        "F1 step": lambda: backward.step(a, b, g, out=out, sums=sums, version="F1"),
+        "F2 step": lambda: backward.step(a, b, g, out=out, sums=sums, version="F2"),
     }
     problem = "x".join(map(str, shape))
     return [
@@ -279,6 +280,37 @@ def ratios(ours: dict[str, float | None], peers: dict[str, dict[str, float]]) ->
     return sorted(rows, key=lambda r: r["x ours"])
 
 
-if __name__ == "__main__":  # the worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT
+# What Nsight Compute reads of the one-kernel steps (step_ncu_rows): the row's metric name, ncu's metric.
+STEP_NCU = {
+    "warp instructions": "smsp__inst_executed.sum",
+    "FFMA thread instructions": "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "issue %": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "barrier stall": perfmodel.ncu_stall_metric("barrier"),
+    "shared load stall": perfmodel.ncu_stall_metric("short_scoreboard"),
+    "ALU/FMA latency stall": perfmodel.ncu_stall_metric("wait"),
+}
+
+
+def step_ncu_rows(shape) -> list[dict]:
+    """Each version of step.cu (backward.STEP_VERSIONS) once on ``shape`` under Nsight Compute, as results
+    rows with metric "ncu <STEP_NCU name>"; empty, with a line saying why, where ncu cannot run."""
+    dims = ",".join(str(check.positive_int(v, f"shape[{i}]")) for i, v in enumerate(shape))
+    text = check.ncu_csv(["-m", __name__, "steps", dims, "1"], STEP_NCU.values(), "ssim_step_f1", "the profile")
+    names = [f"{version} step" for version in backward.STEP_VERSIONS]
+    return [] if text is None else perfmodel.ncu_launch_rows(text, names, STEP_NCU, "x".join(map(str, shape)))
+
+
+def _launch_steps(shape) -> None:
+    """Each version of step.cu once on ``shape``, in STEP_VERSIONS' order (what step_ncu_rows profiles)."""
+    a, b = (device.xp().asarray(x) for x in common.test_images(shape, kind="structured", seed=1))
+    for version in backward.STEP_VERSIONS:
+        backward.step(a, b, -1.0 / a.size, version=version)
+    device.xp().cuda.Device().synchronize()
+
+
+if __name__ == "__main__":  # a worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT
     name, shape, repeat = sys.argv[1], tuple(int(v) for v in sys.argv[2].split(",")), int(sys.argv[3])
-    print(json.dumps(_worker(name, shape, repeat)))
+    if name == "steps":  # for step_ncu_rows
+        _launch_steps(shape)
+    else:
+        print(json.dumps(_worker(name, shape, repeat)))
