@@ -189,6 +189,19 @@ def test_training_step_in_one_kernel_at_an_odd_offset(version, rng):
     check.assert_close(sums.get() / ssim[0, 0].size, ssim.reshape(2, -1).mean(axis=1), atol=common.MEAN_ATOL)
 
 
+@pytest.mark.parametrize("shape", [(2, 1, 37, 53), (1, 2, 300, 1000)])
+def test_f2_gives_f1_s_gradient_bit_for_bit(shape, rng):
+    """F2 reorders F1's steps, not its arithmetic: the same gradient bits, and sums equal up to the order
+    in which the blocks' atomic adds land."""
+    import cupy
+
+    a, b = (cupy.asarray(x) for x in common.test_images(shape, kind="structured", seed=rng))
+    got = {v: backward.step(a, b, -1.0 / a.size, out=poisoned(shape), version=v) for v in ("F1", "F2")}
+    assert bool((got["F1"][1] == got["F2"][1]).all()), "F2's gradient differs from F1's"
+    sums1, sums2 = got["F1"][0].get(), got["F2"][0].get()
+    check.assert_close(sums2, sums1, atol=1e-12 * float(np.abs(sums1).max()), name="the planes' sums")
+
+
 # Photographs at the worklog's size: dark, low-contrast ones (where SHIFT leaves u near -0.45 and the float32
 # map missed MAP_ATOL) and the same photographs at full contrast.
 PHOTO_CASES = [("astronaut", "blur"), ("chelsea", "quantize"), ("coffee", "noise")]

@@ -156,12 +156,17 @@ def b1_launch(shape) -> tuple:
 STEP_VERSIONS = {"F1": ("-DBACKWARD_LAG=0",), "F2": ()}  # step.cu's versions: their build options
 
 
+def _step_options(version: str) -> tuple:
+    """The build options of step.cu's ``version``; a ValueError naming the versions for any other."""
+    if version not in STEP_VERSIONS:
+        raise ValueError(f"version: expected one of {sorted(STEP_VERSIONS)}, got {version!r}")
+    return STEP_VERSIONS[version]
+
+
 @cache
 def step_kernel(version: str = "F2"):
     """step.cu's kernel as ``version`` builds it (STEP_VERSIONS)."""
-    if version not in STEP_VERSIONS:
-        raise ValueError(f"version: expected one of {sorted(STEP_VERSIONS)}, got {version!r}")
-    return cuda_cpp.load("ssim/step.cu", "ssim_step_f1", STEP_VERSIONS[version])
+    return cuda_cpp.load("ssim/step.cu", "ssim_step_f1", _step_options(version))
 
 
 def f1_launch(shape) -> tuple:
@@ -178,8 +183,7 @@ def step(img1, img2, g, *, valid: bool = False, out=None, sums=None, version: st
     ``run_constant``; ``sums`` (N*C float64, zeroed by the caller) and ``out`` may be given. On a GPU one
     launch of step.cu as ``version`` builds it (F1 or F2), which stores no derivative map; in the
     simulator a Numba forward and ``run``."""
-    if version not in STEP_VERSIONS:
-        raise ValueError(f"version: expected one of {sorted(STEP_VERSIONS)}, got {version!r}")
+    _step_options(version)  # refused before any work, also in the simulator, which builds no kernel
     n, c, h, w = validate(img1, img2)
     xp = device.xp()
     g_dev = _device_g(g)

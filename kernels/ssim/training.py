@@ -308,7 +308,9 @@ def _launch_steps(shape) -> None:
     device.xp().cuda.Device().synchronize()
 
 
-if __name__ == "__main__":  # a worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT
+# A worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT times and checks candidate NAME (_worker);
+# NAME "steps" launches each version of step.cu once instead (step_ncu_rows profiles it; REPEAT unused).
+if __name__ == "__main__":
     name, shape, repeat = sys.argv[1], tuple(int(v) for v in sys.argv[2].split(",")), int(sys.argv[3])
     if name == "steps":  # for step_ncu_rows
         _launch_steps(shape)
