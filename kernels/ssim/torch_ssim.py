@@ -15,19 +15,19 @@ With ``train=False`` (or images that need no gradient) the forward is V13's fuse
 bright images where V13's float32 map loses digits. PyTorch is optional: the rest of the book does not
 import this module.
 
-A call is thin on the host: the kernels get the tensors' addresses, launched on PyTorch's current
-stream (so they queue behind the caller's work, and a CUDA graph can capture them), and every
-buffer comes from PyTorch's allocator. The valid map's backward is the Numba kernel, through DLPack.
-``capture(step)`` records a whole training step in one CUDA graph, whose replay skips the host's
-per-operation cost.
+A call is thin on the host: the kernels get the tensors' addresses and are launched through the
+driver directly (``driver_launch``: a CuPy launch would cost more host time than a small image's kernel)
+on PyTorch's current stream, so they queue behind the caller's work and a CUDA graph can capture them;
+every buffer comes from PyTorch's allocator, and what depends only on the shape is worked out once per
+shape. The valid map's backward is the Numba kernel, through DLPack. ``capture(step)`` records a whole
+training step in one CUDA graph, whose replay skips the host's per-operation cost.
 """
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
-import numpy as np
-
+from ..harness import driver_launch
 from . import backward, common
 
 MEAN = "V13"  # the fused mean, no map written (in training with the derivative maps)
@@ -43,40 +43,72 @@ def _torch():
     return torch
 
 
+def _raw_stream(device: int) -> int:
+    """PyTorch's current stream on ``device`` as a raw handle (0: the legacy default stream)."""
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the public call costs microseconds more
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
 @cache
-def _stream(ptr: int, device: int):
+def _cupy_stream(ptr: int, device: int):
     """CuPy's handle on a PyTorch stream of ``device`` (0: the legacy default stream, CuPy's null stream)."""
     import cupy
 
     return cupy.cuda.ExternalStream(ptr, device) if ptr else cupy.cuda.Stream.null
 
 
-def _current_stream():
-    torch = _torch()
-    return _stream(torch.cuda.current_stream().cuda_stream, torch.cuda.current_device())
+@cache
+def _launcher(version: str, which: str, device: int):
+    """The driver launcher of ``version``'s fused mean ("mean" or "train_mean"), or of backward.cu ("b1")."""
+    module = common.version_module(version) if which != "b1" else None
+    with _device(device):
+        if which == "b1":
+            return driver_launch.Launcher(backward.b1_kernel(), "pppppp" + "ii" + "p", device)
+        if which == "train_mean":
+            return driver_launch.Launcher(module.train_mean_kernel(version), "ppppp" + "p" + "iii", device)
+        return driver_launch.Launcher(module.mean_kernel(version), "pp" + "p" + "iii", device)
 
 
-def _launch(kernel, grid, block, args):
-    """Launch a CuPy kernel on PyTorch's current stream, each tensor in ``args`` as its address (the
-    kernels take float pointers; the tensors were checked to be contiguous float32), each other value
-    as a 32-bit int."""
-    torch = _torch()
-    args = tuple(np.uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else np.int32(a) for a in args)
-    with _current_stream():
-        kernel(grid, block, args)
+def _device(index: int):
+    import cupy
+
+    return cupy.cuda.Device(index)
+
+
+@lru_cache(maxsize=256)
+def _plan(version: str, shape: tuple, padding: str) -> tuple:
+    """What one call at ``shape`` needs besides the tensors: the fused mean's and backward.cu's (grid, block),
+    and how many map values the mean counts."""
+    module = common.version_module(version)
+    return module.mean_launch(version, shape), backward.b1_launch(shape), _pixels(shape, padding)
 
 
 def _sums(version: str, x, y, valid: bool, derivs=()):
     """Each plane's SSIM sum (float64, N*C values) in one fused-mean launch; with ``derivs`` (three
     tensors like x) the training forward, which also writes the derivative maps."""
     torch = _torch()
-    module = common.version_module(version)
     n, c, h, w = x.shape
-    sums = torch.zeros(n * c, dtype=torch.float64, device=x.device)
-    kernel = module.train_mean_kernel(version) if derivs else module.mean_kernel(version)
-    grid, block = module.mean_launch(version, x.shape)
-    _launch(kernel, grid, block, (x, y, *derivs, sums, h, w, int(valid)))
+    device = x.device.index
+    stream = _raw_stream(device)
+    sums = torch.empty(n * c, dtype=torch.float64, device=x.device)
+    driver_launch.zero_async(sums.data_ptr(), 8 * n * c, stream)  # the kernel adds to it
+    (grid, block), _, _ = _plan(version, tuple(x.shape), "valid" if valid else "same")
+    launch = _launcher(version, "train_mean" if derivs else "mean", device)
+    pointers = (x.data_ptr(), y.data_ptr(), *(d.data_ptr() for d in derivs), sums.data_ptr())
+    launch(grid, block, (*pointers, h, w, int(valid)), stream)
     return sums
+
+
+@lru_cache(maxsize=64)  # a loop over random crops meets many shapes: keep the recent ones
+def _weights(planes: int, pixels: int, device: int):
+    """1 / pixels, once per plane (float64): the mean as one dot product of the planes' sums."""
+    return _torch().full((planes,), 1.0 / pixels, dtype=_torch().float64, device=f"cuda:{device}")
+
+
+def _mean(sums, pixels: int):
+    """The mean SSIM, float32, from the planes' float64 sums."""
+    return _torch().dot(sums, _weights(sums.numel(), pixels, sums.device.index)).float()
 
 
 @cache
@@ -97,31 +129,36 @@ def _function():
                 sums = found if sums is None else sums  # the swapped call's sums are the same SSIM
                 saved += derivs
             ctx.save_for_backward(*images, *saved)
-            ctx.padding, ctx.pixels = padding, _pixels(img1.shape, padding)
-            return sums.sum().div(ctx.pixels).float()
+            ctx.padding, ctx.version = padding, version
+            ctx.pixels = _plan(version, tuple(img1.shape), padding)[2]
+            return _mean(sums, ctx.pixels)
 
         @staticmethod
         def backward(ctx, grad_out):
             images, derivs = ctx.saved_tensors[:2], ctx.saved_tensors[2:]
-            g = (grad_out / ctx.pixels).float().reshape(1)  # dL/dmap where the mean counts, on the device
+            g = grad_out.float().div(ctx.pixels)  # dL/dmap where the mean counts, on the device (0-d, float32)
             grads = [None, None, None, None]  # img1, img2, padding, version
             for k, (first, second) in enumerate(ctx.wanted):
                 a, b = images[first], images[second]
                 d = derivs[3 * k : 3 * k + 3]
                 if ctx.padding == "same":
-                    grads[first] = _backward_constant(a, b, d, g)
+                    grads[first] = _backward_constant(ctx.version, a, b, d, g)
                 else:
-                    grads[first] = _backward_valid(a, b, d, g)
+                    grads[first] = _backward_valid(a, b, d, g.reshape(1))
             return tuple(grads)
 
     return FusedSSIM
 
 
-def _backward_constant(a, b, derivs, g):
+def _backward_constant(version: str, a, b, derivs, g):
     """dL/da where dL/dmap is the one number at ``g`` (a device tensor): backward.cu."""
     grad = _torch().empty_like(a)
-    grid, block = backward.b1_launch(a.shape)
-    _launch(backward.b1_kernel(), grid, block, (a, b, *derivs, grad, a.shape[2], a.shape[3], g))
+    device = a.device.index
+    _, (grid, block), _ = _plan(version, tuple(a.shape), "same")
+    pointers = (a.data_ptr(), b.data_ptr(), *(d.data_ptr() for d in derivs), grad.data_ptr())
+    _launcher(version, "b1", device)(
+        grid, block, (*pointers, a.shape[2], a.shape[3], g.data_ptr()), _raw_stream(device)
+    )
     return grad
 
 
@@ -134,7 +171,7 @@ def _backward_valid(a, b, derivs, g):
     r = common.RADIUS
     grad_map = torch.zeros_like(a)
     grad_map[..., r:-r, r:-r] = g
-    stream = _current_stream()
+    stream = _cupy_stream(_raw_stream(a.device.index), a.device.index)
     with stream:
         arrays = [cupy.from_dlpack(t) for t in (a, b, grad_map, *derivs)]
         grad = backward.run(*arrays, stream=cuda.external_stream(stream.ptr) if stream.ptr else 0)
@@ -164,7 +201,7 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: s
     if train and (img1.requires_grad or img2.requires_grad) and torch.is_grad_enabled():
         return _function().apply(img1, img2, padding, version)
     sums = _sums(version, img1.detach(), img2.detach(), padding == "valid")
-    return sums.sum().div(_pixels(img1.shape, padding)).float()
+    return _mean(sums, _plan(version, tuple(img1.shape), padding)[2])
 
 
 def capture(fn, warmup: int = 2):
