@@ -177,3 +177,33 @@ def test_a_cuda_graph_captures_the_training_step(rng):
     torch.cuda.synchronize()
     assert abs(float(loss.detach()) - float(want_loss)) <= 1e-7, f"seed {seed}"  # float64 atomics: order may vary
     assert float((x.grad - want_grad).abs().max()) <= 1e-7 * float(want_grad.abs().max()), f"seed {seed}"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(
+    ("padding", "wanted"), [("same", (True, True)), ("valid", (False, True))], ids=["same-both", "valid-img2"]
+)
+def test_torch_compile_keeps_the_operators_in_one_graph(rng, padding, wanted):
+    """The loss compiled with fullgraph=True (a graph break would raise) gives the eager loss, and its
+    backward the gradient of every image that requires one."""
+    torch = pytest.importorskip("torch")
+    seed = int(rng.integers(2**31))
+    _, _, a, b = tensors((2, 3, 67, 129), seed)
+    a, b = a.detach(), b.detach()
+
+    def loss_of(x, y):
+        return 1 - torch_ssim.fused_ssim(x, y, padding=padding)
+
+    results = []
+    for fn in (loss_of, torch.compile(loss_of, fullgraph=True)):
+        x, y = (t.clone().requires_grad_(need) for t, need in zip((a, b), wanted, strict=True))
+        loss = fn(x, y)
+        loss.backward()
+        results.append((loss.detach(), x.grad, y.grad))
+    (want, *want_grads), (got, *got_grads) = results
+    assert abs(float(got) - float(want)) <= 1e-7, f"seed {seed}"
+    for need, w, g in zip(wanted, want_grads, got_grads, strict=True):
+        assert (g is not None) == need, f"seed {seed}"
+        if need:
+            assert float((g - w).abs().max()) <= 1e-7 * float(w.abs().max()), f"seed {seed}"

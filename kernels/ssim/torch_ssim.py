@@ -178,6 +178,62 @@ def _backward_valid(a, b, derivs, g):
     return torch.from_dlpack(grad)
 
 
+@cache
+def _operators():
+    """The training forward and backward as operators PyTorch knows (``torch.library``), for torch.compile:
+    it keeps them in its graph as they are (``fused_ssim`` calls them while compiling), where it would break
+    its graph at the autograd Function's launches. Eager calls take the Function, whose host path is shorter."""
+    torch = _torch()
+    tensor = torch.Tensor
+
+    @torch.library.custom_op("labbook::ssim_train", mutates_args=())
+    def ssim_train(a: tensor, b: tensor, padding: str, version: str) -> tuple[tensor, tensor, tensor, tensor]:
+        derivs = [torch.empty_like(a) for _ in common.DERIV_NAMES]
+        sums = _sums(version, a, b, padding == "valid", derivs)
+        return _mean(sums, _plan(version, tuple(a.shape), padding)[2]), *derivs
+
+    @ssim_train.register_fake
+    def _(a, b, padding, version):
+        return a.new_empty(()), *(torch.empty_like(a) for _ in common.DERIV_NAMES)
+
+    @torch.library.custom_op("labbook::ssim_grad", mutates_args=())
+    def ssim_grad(
+        a: tensor, b: tensor, d_mu1: tensor, d_s11: tensor, d_s12: tensor, grad: tensor, padding: str, version: str
+    ) -> tensor:
+        g = grad.float().div(_plan(version, tuple(a.shape), padding)[2])
+        derivs = (d_mu1, d_s11, d_s12)
+        if padding == "same":
+            return _backward_constant(version, a, b, derivs, g)
+        return _backward_valid(a, b, derivs, g.reshape(1))
+
+    @ssim_grad.register_fake
+    def _(a, b, d_mu1, d_s11, d_s12, grad, padding, version):
+        return torch.empty_like(a)
+
+    def setup_context(ctx, inputs, output):
+        a, b, ctx.padding, ctx.version = inputs
+        ctx.save_for_backward(a, b, *output[1:])
+
+    def grad_of_a(ctx, grad_mean, *unused):  # the derivative maps are not differentiable outputs
+        a, b, *derivs = ctx.saved_tensors
+        return ssim_grad(a, b, *derivs, grad_mean, ctx.padding, ctx.version), None, None, None
+
+    ssim_train.register_autograd(grad_of_a, setup_context=setup_context)
+    return ssim_train
+
+
+def _compiled_path(img1, img2, padding: str, version: str):
+    """The mean through ``_operators``: the image that requires grad first; where both do, img2's gradient
+    from the swapped call, whose value adds nothing (SSIM is symmetric in its two images)."""
+    train = _operators()
+    first, second = (img1, img2) if img1.requires_grad else (img2, img1)
+    mean = train(first, second.detach(), padding, version)[0]
+    if img1.requires_grad and img2.requires_grad:
+        swapped = train(img2, img1.detach(), padding, version)[0]
+        mean = mean + (swapped - swapped.detach())
+    return mean
+
+
 def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: str = MEAN):
     """Mean SSIM of two (N, C, H, W) float32 tensors on the current CUDA device, differentiable (when ``train``) in
     each image that requires grad, by ``version``'s kernels (one of VERSIONS). A tensor that is not
@@ -199,6 +255,8 @@ def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: s
     common.check_shapes(tuple(img1.shape), tuple(img2.shape))
     img1, img2 = img1.contiguous(), img2.contiguous()
     if train and (img1.requires_grad or img2.requires_grad) and torch.is_grad_enabled():
+        if torch.compiler.is_compiling():
+            return _compiled_path(img1, img2, padding, version)
         return _function().apply(img1, img2, padding, version)
     sums = _sums(version, img1.detach(), img2.detach(), padding == "valid")
     return _mean(sums, _plan(version, tuple(img1.shape), padding)[2])
