@@ -2,7 +2,9 @@
 
 The mode is chosen when this module is first imported, before anything imports ``numba.cuda``:
 the simulator can only be switched on through ``NUMBA_ENABLE_CUDASIM`` before that import.
-Set ``BOOK_MODE=gpu`` or ``BOOK_MODE=sim`` to force a mode.
+Set ``BOOK_MODE=gpu`` or ``BOOK_MODE=sim`` to force a mode. ``BOOK_MAX_CC=7.5`` (or 8.0, 8.6, 8.9) makes the
+book treat the GPU as one of that compute capability (``capped``): it compiles for it and leaves out what such a
+GPU cannot run.
 """
 
 from __future__ import annotations
@@ -77,7 +79,59 @@ def _select() -> tuple[str, str]:
     return mode, reason
 
 
+# The compute capabilities BOOK_MAX_CC may name, each with what the CUDA C++ Programming Guide's table of
+# technical specifications allows an SM of it: shared memory per SM and per block (opt-in), resident threads.
+ARCH_LIMITS = {
+    "75": {"smem_per_sm_bytes": 64 * 1024, "smem_per_block_optin_bytes": 64 * 1024, "max_threads_per_sm": 1024},
+    "80": {"smem_per_sm_bytes": 164 * 1024, "smem_per_block_optin_bytes": 163 * 1024, "max_threads_per_sm": 2048},
+    "86": {"smem_per_sm_bytes": 100 * 1024, "smem_per_block_optin_bytes": 99 * 1024, "max_threads_per_sm": 1536},
+    "89": {"smem_per_sm_bytes": 100 * 1024, "smem_per_block_optin_bytes": 99 * 1024, "max_threads_per_sm": 1536},
+    "90": {"smem_per_sm_bytes": 228 * 1024, "smem_per_block_optin_bytes": 227 * 1024, "max_threads_per_sm": 2048},
+}
+
+
+def dotted(cc: str) -> str:
+    """A compute capability as people write it: "75" -> "7.5", "100" -> "10.0"."""
+    return f"{cc[:-1]}.{cc[-1]}"
+
+
+def max_cc() -> str | None:
+    """The compute capability ``BOOK_MAX_CC`` caps the GPU at, as "75" for 7.5; None where it is unset."""
+    text = os.environ.get("BOOK_MAX_CC", "").strip()
+    if not text:
+        return None
+    found = re.fullmatch(r"([1-9]\d*)\.(\d)", text)
+    if not found:
+        raise ValueError(f"BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got {text!r}")
+    return found[1] + found[2]
+
+
+def capped(props: dict) -> dict:
+    """``props`` (``properties()``'s keys) as the book sees them under ``BOOK_MAX_CC``: the capped compute
+    capability, at most the shared memory and resident threads it allows, and the cap in the name, so that the
+    run's results go to a folder of their own. The SMs, clocks, caches and memory stay the GPU's. ``props``
+    itself where no cap is set or the cap is the GPU's own capability."""
+    cap, own = max_cc(), props["cc"]
+    if cap is None or cap == own:
+        return props
+    if int(cap) > int(own):
+        raise ValueError(
+            f"BOOK_MAX_CC={dotted(cap)} is above this GPU's compute capability {dotted(own)}: a cap can only lower it"
+        )
+    if cap not in ARCH_LIMITS:
+        known = ", ".join(map(dotted, ARCH_LIMITS))
+        raise ValueError(f"BOOK_MAX_CC={dotted(cap)} is not a compute capability the book knows ({known})")
+    if cap == "90":  # Hopper's wgmma and TMA code is built for sm_90a, which runs on compute capability 9.0 only
+        raise ValueError(f"BOOK_MAX_CC=9.0 runs sm_90a code, which a {dotted(own)} GPU cannot: cap it at 8.9 or lower")
+    limits = {key: min(props[key], most) for key, most in ARCH_LIMITS[cap].items()}
+    return props | limits | {"cc": cap, "name": f"{props['name']} capped at sm_{cap}"}
+
+
 MODE, REASON = _select()
+if (_cap := max_cc()) in ARCH_LIMITS and MODE == GPU:
+    # Numba compiles for this capability from here on (its compiler rereads the variable): PTX for
+    # compute_75, say, which the driver then compiles for the GPU it has.
+    os.environ["NUMBA_FORCE_CUDA_CC"] = dotted(_cap)
 
 
 def _serialize_simulator_shared_arrays() -> None:
@@ -226,9 +280,14 @@ def current_clocks() -> dict:
         return {}
 
 
-@cache
 def properties() -> dict:
-    """The static properties of GPU 0 that the book's models use (CuPy runtime queries)."""
+    """The static properties of GPU 0 that the book's models use, as ``BOOK_MAX_CC`` caps them (``capped``)."""
+    return capped(own_properties())
+
+
+@cache
+def own_properties() -> dict:
+    """The static properties of GPU 0 (CuPy runtime queries), whatever ``BOOK_MAX_CC`` says."""
     if MODE != GPU:
         raise RuntimeError("device properties need a GPU; this run uses the CUDA simulator")
     import cupy
@@ -272,14 +331,23 @@ REFERENCE_PROPERTIES = {
 
 
 def target_properties() -> dict:
-    """``properties()`` of this GPU; without one, the reference GPU's."""
-    return properties() if on_gpu() else REFERENCE_PROPERTIES
+    """``properties()`` of this GPU; without one, the reference GPU's (under ``BOOK_MAX_CC``, capped)."""
+    return properties() if on_gpu() else capped(REFERENCE_PROPERTIES)
 
 
 def target_arch() -> str:
     """The compile target of ``target_properties()``, e.g. "sm_90": the code CuPy and Numba build for
-    this GPU, or for the reference GPU without one."""
+    this GPU, or for the reference GPU without one (under ``BOOK_MAX_CC``, for the capped capability)."""
     return f"sm_{target_properties()['cc']}"
+
+
+def capped_ptx_target() -> str | None:
+    """Where ``BOOK_MAX_CC`` lowers this GPU's capability, the virtual architecture its CUDA C++ is built
+    for, e.g. "compute_75": the driver compiles that PTX for the GPU it has (a cubin built for sm_75 would
+    not load on an sm_90 GPU). None otherwise, and without a GPU."""
+    if not on_gpu() or properties()["cc"] == own_properties()["cc"]:
+        return None
+    return f"compute_{properties()['cc']}"
 
 
 def environment() -> dict:
