@@ -345,7 +345,7 @@ def capped_ptx_target() -> str | None:
     """Where ``BOOK_MAX_CC`` lowers this GPU's capability, the virtual architecture its CUDA C++ is built
     for, e.g. "compute_75": the driver compiles that PTX for the GPU it has (a cubin built for sm_75 would
     not load on an sm_90 GPU). None otherwise, and without a GPU."""
-    if not on_gpu() or properties()["cc"] == own_properties()["cc"]:
+    if not on_gpu() or max_cc() is None or properties()["cc"] == own_properties()["cc"]:
         return None
     return f"compute_{properties()['cc']}"
 
