@@ -76,8 +76,9 @@ rerun-all: $(SETUP)
 
 # The notebooks in JupyterLab with Numba's CUDA simulator on, the first thing to try without a GPU: its
 # kernels inherit NUMBA_ENABLE_CUDASIM=1 from the server (on a GPU, .venv/bin/jupyter lab runs them there).
+# As root (a container's usual user) JupyterLab refuses to start unless told.
 lab: $(SETUP)
-	NUMBA_ENABLE_CUDASIM=1 $(PYTHON) -m jupyterlab notebooks/00_first_kernels.ipynb
+	NUMBA_ENABLE_CUDASIM=1 $(PYTHON) -m jupyterlab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_first_kernels.ipynb
 
 clean:
 	rm -rf _build build book/_generated
