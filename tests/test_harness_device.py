@@ -248,21 +248,23 @@ def test_a_cap_lowers_the_capability_and_what_it_allows(gpu, value, cc):
     props, own = device.properties(), device.REFERENCE_PROPERTIES
     assert props["cc"] == cc and device.target_properties() == props
     assert device.target_arch() == f"sm_{cc}" and device.capped_ptx_target() == f"compute_{cc}"
-    for key, most in device.ARCH_LIMITS[cc].items():
-        assert props[key] == min(own[key], most) <= own[key]
-    assert all(props[k] == own[k] for k in ("sms", "l2_bytes", "global_mem_bytes", "regs_per_sm"))
+    assert props["smem_per_block_optin_bytes"] == min(
+        own["smem_per_block_optin_bytes"], device.SMEM_PER_BLOCK_OPTIN[cc]
+    )
+    assert props["hardware_cc"] == "90"
+    kept = set(own) - {"name", "cc", "smem_per_block_optin_bytes"}  # the kernels run on the GPU itself
+    assert kept and all(props[k] == own[k] for k in kept)
     # its results go to a folder of their own, never to the uncapped GPU's
     assert props["name"] == f"{own['name']} capped at sm_{cc}"
     assert device.slug(props["name"]) != device.slug(own["name"])
 
 
-def test_the_cap_lowers_the_limits_to_the_capabilitys_own():
+def test_the_cap_allows_a_block_the_shared_memory_of_that_capability():
     """An sm_89 GPU's block may have 99 KB of shared memory, and HALO TILE's tile needs more (book/rerun.md)."""
-    from gpus import A100, RTX_4090, T4
+    from gpus import A100, H100, RTX_4090, T4
 
-    for gpu in (T4, A100, RTX_4090):
-        limits = device.ARCH_LIMITS[gpu["cc"]]
-        assert limits == {key: gpu[key] for key in limits}, gpu["name"]
+    for gpu in (T4, A100, RTX_4090, H100):
+        assert device.SMEM_PER_BLOCK_OPTIN[gpu["cc"]] == gpu["smem_per_block_optin_bytes"], gpu["name"]
 
 
 def test_a_cap_applies_to_the_reference_gpu_without_one(monkeypatch):

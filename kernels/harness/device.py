@@ -79,15 +79,10 @@ def _select() -> tuple[str, str]:
     return mode, reason
 
 
-# The compute capabilities BOOK_MAX_CC may name, each with what the CUDA C++ Programming Guide's table of
-# technical specifications allows an SM of it: shared memory per SM and per block (opt-in), resident threads.
-ARCH_LIMITS = {
-    "75": {"smem_per_sm_bytes": 64 * 1024, "smem_per_block_optin_bytes": 64 * 1024, "max_threads_per_sm": 1024},
-    "80": {"smem_per_sm_bytes": 164 * 1024, "smem_per_block_optin_bytes": 163 * 1024, "max_threads_per_sm": 2048},
-    "86": {"smem_per_sm_bytes": 100 * 1024, "smem_per_block_optin_bytes": 99 * 1024, "max_threads_per_sm": 1536},
-    "89": {"smem_per_sm_bytes": 100 * 1024, "smem_per_block_optin_bytes": 99 * 1024, "max_threads_per_sm": 1536},
-    "90": {"smem_per_sm_bytes": 228 * 1024, "smem_per_block_optin_bytes": 227 * 1024, "max_threads_per_sm": 2048},
-}
+# The compute capabilities BOOK_MAX_CC may name, each with the most shared memory a block of it may opt in
+# to (the CUDA C++ Programming Guide's technical specifications): with the instructions the capability
+# has, what decides whether a kernel can run there at all.
+SMEM_PER_BLOCK_OPTIN = {"75": 64 * 1024, "80": 163 * 1024, "86": 99 * 1024, "89": 99 * 1024, "90": 227 * 1024}
 
 
 def dotted(cc: str) -> str:
@@ -108,9 +103,10 @@ def max_cc() -> str | None:
 
 def capped(props: dict) -> dict:
     """``props`` (``properties()``'s keys) as the book sees them under ``BOOK_MAX_CC``: the capped compute
-    capability, at most the shared memory and resident threads it allows, and the cap in the name, so that the
-    run's results go to a folder of their own. The SMs, clocks, caches and memory stay the GPU's. ``props``
-    itself where no cap is set or the cap is the GPU's own capability."""
+    capability, at most the shared memory per block it allows, and the cap in the name, so that the run's
+    results go to a folder of their own; ``hardware_cc`` keeps the GPU's own capability. Everything else
+    (SMs, clocks, caches, memory, shared memory per SM, resident threads) stays the GPU's: the kernels run
+    on it. ``props`` itself where no cap is set or the cap is the GPU's own capability."""
     cap, own = max_cc(), props["cc"]
     if cap is None or cap == own:
         return props
@@ -118,17 +114,18 @@ def capped(props: dict) -> dict:
         raise ValueError(
             f"BOOK_MAX_CC={dotted(cap)} is above this GPU's compute capability {dotted(own)}: a cap can only lower it"
         )
-    if cap not in ARCH_LIMITS:
-        known = ", ".join(map(dotted, ARCH_LIMITS))
+    if cap not in SMEM_PER_BLOCK_OPTIN:
+        known = ", ".join(map(dotted, SMEM_PER_BLOCK_OPTIN))
         raise ValueError(f"BOOK_MAX_CC={dotted(cap)} is not a compute capability the book knows ({known})")
     if cap == "90":  # Hopper's wgmma and TMA code is built for sm_90a, which runs on compute capability 9.0 only
         raise ValueError(f"BOOK_MAX_CC=9.0 runs sm_90a code, which a {dotted(own)} GPU cannot: cap it at 8.9 or lower")
-    limits = {key: min(props[key], most) for key, most in ARCH_LIMITS[cap].items()}
-    return props | limits | {"cc": cap, "name": f"{props['name']} capped at sm_{cap}"}
+    smem = min(props["smem_per_block_optin_bytes"], SMEM_PER_BLOCK_OPTIN[cap])
+    name = f"{props['name']} capped at sm_{cap}"
+    return props | {"cc": cap, "smem_per_block_optin_bytes": smem, "name": name, "hardware_cc": own}
 
 
 MODE, REASON = _select()
-if (_cap := max_cc()) in ARCH_LIMITS and MODE == GPU:
+if (_cap := max_cc()) in SMEM_PER_BLOCK_OPTIN and MODE == GPU:
     # Numba compiles for this capability from here on (its compiler rereads the variable): PTX for
     # compute_75, say, which the driver then compiles for the GPU it has.
     os.environ["NUMBA_FORCE_CUDA_CC"] = dotted(_cap)
