@@ -196,3 +196,19 @@ def test_every_source_an_old_gpu_cannot_build_is_left_out():
     }
     unnamed = sorted(s for s in fails_at_oldest() if Path(s).name not in named)
     assert not unnamed, f"need sm_80, yet neither a registry nor book/rerun.md's table leaves them out: {unnamed}"
+
+
+def test_the_channel_probes_rule_below_the_table_is_the_codes():
+    """'64 KiB strides need 16 GiB': the footprint of the largest power-of-two stride at the probe's lines."""
+    import inspect
+
+    from kernels.probes import memory
+
+    text = (ROOT / "book" / "rerun.md").read_text().split("## Which GPUs", 1)[1]
+    m = re.search(r"fit in\s+90% of the GPU's memory \((\d+) KiB strides need (\d+) GiB\)", text)
+    lines = inspect.signature(memory.run_channels).parameters["lines"].default
+    stride = int(m.group(1)) * 1024
+    assert stride == max(s for s in memory.channel_strides() if s & (s - 1) == 0)
+    assert round(memory.channel_footprint(stride, lines) / 2**30) == int(m.group(2))
+    fits, _ = memory.channels_that_fit([stride], lines, {"global_mem_bytes": int(m.group(2)) * 2**30})
+    assert not fits, "90% of that memory must be too little"
