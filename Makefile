@@ -19,9 +19,10 @@ FORCE ?= 0
 MEASURED_FIRST = machine probes_compute probes_memory
 CHAPTERS = $(MEASURED_FIRST) $(filter-out $(MEASURED_FIRST),$(shell ls notebooks/*.ipynb | grep -v _deep_ | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||'))
 
-.PHONY: help book test gpu-test rerun rerun-all clean book-check
+.PHONY: help book test gpu-test rerun rerun-all clean book-check lab
 
 help:
+	@echo "make lab                  JupyterLab on the notebooks, kernels in the CUDA simulator (no GPU needed)"
 	@echo "make book                 build the HTML book from the notebooks' stored outputs"
 	@echo "                          (RESULTS_FROM=<gpu>: from that GPU's rerun in build/rerun/<gpu>/)"
 	@echo "make test                 everything CI proves on a CPU (simulator, compiles, notebooks, book)"
@@ -72,6 +73,12 @@ rerun: $(SETUP)
 
 rerun-all: $(SETUP)
 	@for c in $(CHAPTERS); do $(MAKE) --no-print-directory rerun CHAPTER=$$c || exit 1; done
+
+# The notebooks in JupyterLab with Numba's CUDA simulator on, the first thing to try without a GPU: its
+# kernels inherit NUMBA_ENABLE_CUDASIM=1 from the server (on a GPU, .venv/bin/jupyter lab runs them there).
+# As root (a container's usual user) JupyterLab refuses to start unless told.
+lab: $(SETUP)
+	NUMBA_ENABLE_CUDASIM=1 $(PYTHON) -m jupyterlab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_first_kernels.ipynb
 
 clean:
 	rm -rf _build build book/_generated

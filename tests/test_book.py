@@ -79,3 +79,9 @@ def test_chapter_tables_render_as_tables(page, html):
     assert n_tables > 0 or "_deep_" in page, "a chapter shows its results as tables"  # a deep dive may print text
     assert len(re.findall(r"<table\b", text)) >= n_tables
     assert not re.search(r"\|(---|—)\|", text), "a Markdown table was rendered as text"
+
+
+def test_next_from_the_landing_page_opens_chapter_00(html):
+    text = (html / "book" / "intro.html").read_text()
+    link = re.search(r'<a class="right-next"\s+href="([^"]+)"', text)
+    assert link and link.group(1) == "../notebooks/00_first_kernels.html"

@@ -365,3 +365,85 @@ def test_gpu_budget_follows_from_the_measured_reruns():
         longest = int(high or low)
         assert int(budget) == -(-5 * longest // 60), f"{session}: budget {budget} for {longest} s"
         assert int(students) == 90 // int(budget), f"{session}: {students} students for {budget} minutes"
+
+
+# --- the sections the course pages name ---------------------------------------------------------------------
+
+FENCE = re.compile(r"\s*(`{3,}|:{3,})")
+# A link to a section: [text](/notebooks/<name>.ipynb#<anchor>) or [text](<page>.md#<anchor>)
+SECTION_LINK = re.compile(r"\]\((/notebooks/[\w-]+\.ipynb|[\w-]+\.md)#([^)\s]+)\)")
+
+
+def heading_slugs(markdown_blocks: list[str]) -> set[str]:
+    """The anchors MyST gives a page's headings of levels 1 to 3 (``myst_heading_anchors`` in _config.yml):
+    the heading's text without math, lower case, spaces as '-', other punctuation dropped; a repeat
+    gets -1, -2, ..."""
+    slugs: list[str] = []
+    for block in markdown_blocks:
+        fenced = False
+        for line in block.splitlines():
+            if FENCE.match(line):
+                fenced = not fenced
+            elif not fenced and (m := re.match(r"#{1,3} (.+)", line)):
+                text = re.sub(r"\$[^$]*\$", "", m.group(1).strip()).replace("`", "")
+                slug = base = re.sub(r"[^\w\- ]", "", text.lower().replace(" ", "-"))
+                i = 1
+                while slug in slugs:
+                    slug, i = f"{base}-{i}", i + 1
+                slugs.append(slug)
+    return set(slugs)
+
+
+def page_slugs(target: str) -> set[str]:
+    """The section anchors of a notebook (/notebooks/<name>.ipynb) or of a book page (<page>.md)."""
+    if target.endswith(".ipynb"):
+        cells = json.loads((ROOT / target.lstrip("/")).read_text())["cells"]
+        return heading_slugs(["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"])
+    return heading_slugs([(ROOT / "book" / target).read_text()])
+
+
+def test_heading_slugs_follow_myst():
+    text = "# A title\n## Step 4: a `cp.async` pipeline\n```\n# not a heading\n```\n"
+    text += "## REGISTER TILING: $8 \\times 8$ outputs\n"
+    assert heading_slugs([text, "### A title"]) == {
+        "a-title",
+        "step-4-a-cpasync-pipeline",
+        "register-tiling--outputs",
+        "a-title-1",
+    }
+
+
+@pytest.mark.parametrize("page", ["syllabus", "teachers"])
+def test_course_pages_link_sections_that_exist(page):
+    """Every section the page links to is a heading of that notebook or page (the build checks the same)."""
+    links = SECTION_LINK.findall((ROOT / "book" / f"{page}.md").read_text())
+    assert links or page == "teachers"
+    missing = sorted(f"{target}#{anchor}" for target, anchor in links if anchor not in page_slugs(target))
+    assert not missing, f"book/{page}.md links to sections that do not exist: {missing}"
+
+
+def test_every_activity_names_its_sections():
+    """Each activity of the syllabus, but for set-up, break and wrap-up, links the sections it reads or
+    names the exercise it does: a section named only in words could be one no chapter has."""
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    unnamed = []
+    for section in re.split(r"\n(?=## )", text):
+        for body in re.findall(r"\| Activity \| Minutes \|\n\| --- \| ---: \|\n((?:\|.*\n)+)", section + "\n"):
+            for row in body.splitlines():
+                activity = row.strip("|").rsplit("|", 1)[0].strip()
+                if re.match(r"(Set-up|Break|Wrap-up|\*\*Total)", activity):
+                    continue
+                if not SECTION_LINK.search(activity) and not re.search(r"\{ref\}`[\w-]+`", activity):
+                    unnamed.append(f"{section.splitlines()[0]}: {activity}")
+    assert not unnamed, f"activities that link no section: {unnamed}"
+
+
+def test_the_implicit_gemm_session_covers_every_step():
+    """Session 9 reads every step of the chapter, the last ones (those that reach cuDNN) included."""
+    from kernels.igemm import common as ig
+
+    text = (ROOT / "book" / "syllabus.md").read_text()
+    session = text.split("## 9. ", 1)[1].split("\n## ", 1)[0]
+    linked = {anchor for target, anchor in SECTION_LINK.findall(session) if target.endswith("05_implicit_gemm.ipynb")}
+    steps = {int(m.group(1)) for a in linked if (m := re.match(r"step-(\d+)-", a))}
+    assert steps == {s.number for s in ig.REGISTRY}, f"session 9 links steps {sorted(steps)}"

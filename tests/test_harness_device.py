@@ -1,10 +1,14 @@
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kernels.harness import device
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_numba_runs_in_the_mode_chosen():
@@ -213,3 +217,124 @@ def test_the_simulator_gives_a_block_one_shared_array_per_call_site():
             assert a is not b and (a.dtype, a.shape, b.dtype, b.shape) == (np.float32, (8,), np.int32, (2, 3))
     finally:
         sys.setswitchinterval(before)
+
+
+# --- BOOK_MAX_CC: the book treats the GPU as one of a lower compute capability --------------------------
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A GPU run on the reference H100 (its properties, no CuPy query); returns a function setting BOOK_MAX_CC."""
+    monkeypatch.setattr(device, "MODE", device.GPU)
+    monkeypatch.setattr(device, "own_properties", lambda: device.REFERENCE_PROPERTIES)
+
+    def cap(value):
+        monkeypatch.setenv("BOOK_MAX_CC", value)
+
+    monkeypatch.delenv("BOOK_MAX_CC", raising=False)
+    return cap
+
+
+def test_without_a_cap_the_gpu_is_itself(gpu):
+    assert device.properties() is device.REFERENCE_PROPERTIES
+    assert device.target_arch() == "sm_90" and device.capped_ptx_target() is None
+    gpu("9.0")  # the GPU's own capability: nothing to lower
+    assert device.properties() is device.REFERENCE_PROPERTIES and device.capped_ptx_target() is None
+
+
+@pytest.mark.parametrize("value, cc", [("7.5", "75"), ("8.0", "80"), ("8.6", "86"), ("8.9", "89")])
+def test_a_cap_lowers_the_capability_and_what_it_allows(gpu, value, cc):
+    gpu(value)
+    props, own = device.properties(), device.REFERENCE_PROPERTIES
+    assert props["cc"] == cc and device.target_properties() == props
+    assert device.target_arch() == f"sm_{cc}" and device.capped_ptx_target() == f"compute_{cc}"
+    assert props["smem_per_block_optin_bytes"] == min(
+        own["smem_per_block_optin_bytes"], device.SMEM_PER_BLOCK_OPTIN[cc]
+    )
+    assert props["hardware_cc"] == "90"
+    kept = set(own) - {"name", "cc", "smem_per_block_optin_bytes"}  # the kernels run on the GPU itself
+    assert kept and all(props[k] == own[k] for k in kept)
+    # its results go to a folder of their own, never to the uncapped GPU's
+    assert props["name"] == f"{own['name']} capped at sm_{cc}"
+    assert device.slug(props["name"]) != device.slug(own["name"])
+
+
+def test_the_cap_allows_a_block_the_shared_memory_of_that_capability():
+    """An sm_89 GPU's block may have 99 KB of shared memory, and HALO TILE's tile needs more (book/rerun.md)."""
+    from gpus import A100, H100, RTX_4090, T4
+
+    for gpu in (T4, A100, RTX_4090, H100):
+        assert device.SMEM_PER_BLOCK_OPTIN[gpu["cc"]] == gpu["smem_per_block_optin_bytes"], gpu["name"]
+
+
+def test_a_cap_applies_to_the_reference_gpu_without_one(monkeypatch):
+    monkeypatch.setenv("BOOK_MAX_CC", "8.0")
+    if device.on_gpu():
+        pytest.skip("checks the no-GPU path")
+    assert device.target_properties()["cc"] == "80" and device.target_arch() == "sm_80"
+    assert device.capped_ptx_target() is None  # nothing is loaded without a GPU
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        ("abc", "BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got 'abc'"),
+        ("0", "BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got '0'"),
+        ("75", "BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got '75'"),
+        ("sm_75", "BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got 'sm_75'"),
+        ("9.9", "BOOK_MAX_CC=9.9 is above this GPU's compute capability 9.0: a cap can only lower it"),
+        ("10.0", "BOOK_MAX_CC=10.0 is above this GPU's compute capability 9.0"),
+        ("7.0", r"BOOK_MAX_CC=7.0 is not a compute capability the book knows \(7.5, 8.0, 8.6, 8.9, 9.0\)"),
+        ("8.7", r"BOOK_MAX_CC=8.7 is not a compute capability the book knows"),
+    ],
+)
+def test_a_bad_cap_is_a_clear_error(gpu, value, error):
+    gpu(value)
+    with pytest.raises(ValueError, match=error):
+        device.properties()
+    with pytest.raises(ValueError, match=error):
+        device.announce("full")
+
+
+def test_hopper_code_does_not_run_on_a_newer_gpu_capped_at_9_0(monkeypatch):
+    blackwell = device.REFERENCE_PROPERTIES | {"name": "A Blackwell GPU", "cc": "100"}
+    monkeypatch.setenv("BOOK_MAX_CC", "9.0")
+    with pytest.raises(ValueError, match="BOOK_MAX_CC=9.0 runs sm_90a code, which a 10.0 GPU cannot"):
+        device.capped(blackwell)
+    monkeypatch.setenv("BOOK_MAX_CC", "8.9")
+    assert device.capped(blackwell)["cc"] == "89"
+
+
+def _import_device(env: dict, fake_gpu: bool) -> subprocess.CompletedProcess:
+    """Import the harness in a fresh process with ``env``; with ``fake_gpu``, libcuda reports one device."""
+    fake = (
+        "import ctypes\n"
+        "class Driver:\n"
+        "    def cuInit(self, flags): return 0\n"
+        "    def cuDeviceGetCount(self, ref): ref._obj.value = 1; return 0\n"
+        "ctypes.CDLL = lambda name: Driver()\n"
+    )
+    code = (fake if fake_gpu else "") + (
+        "import os\nfrom kernels.harness import device\nprint(device.MODE, os.environ.get('NUMBA_FORCE_CUDA_CC'))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "BOOK_MODE", "BOOK_MAX_CC")}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_numba_compiles_for_the_capped_capability_on_a_gpu():
+    """Numba's compiler reads NUMBA_FORCE_CUDA_CC: PTX for compute_75, which the driver compiles for the GPU."""
+    done = _import_device({"BOOK_MAX_CC": "7.5"}, fake_gpu=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["gpu", "7.5"]
+    done = _import_device({"BOOK_MAX_CC": "7.5", "NUMBA_ENABLE_CUDASIM": "1"}, fake_gpu=False)
+    assert done.stdout.split() == ["sim", "None"], done.stderr  # the simulator compiles nothing
+
+
+def test_a_malformed_cap_stops_the_first_import():
+    done = _import_device({"BOOK_MAX_CC": "abc", "NUMBA_ENABLE_CUDASIM": "1"}, fake_gpu=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ValueError: BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got 'abc'"
+    )

@@ -146,8 +146,9 @@ def _log_from_fresh_process(src: Path, opts: list) -> str:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
-    """(ptxas log, cubin) of one NVRTC compile; a RuntimeError with the log if it fails."""
+def _nvrtc(src: Path, source: bytes, opts: list, ptx: bool = False) -> tuple[str, bytes]:
+    """(ptxas log, cubin) of one NVRTC compile (with ``ptx``, for a compute_XX target: (log, PTX)); a
+    RuntimeError with the log if it fails."""
     from cuda.bindings import nvrtc
 
     err, prog = nvrtc.nvrtcCreateProgram(source, src.name.encode(), 0, [], [])
@@ -170,11 +171,11 @@ def _nvrtc(src: Path, source: bytes, opts: list) -> tuple[str, bytes]:
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         nvrtc.nvrtcDestroyProgram(prog)
         raise RuntimeError(f"NVRTC failed to compile {src.name} for {opts[0].removeprefix('-arch=')}:\n{log}")
-    _, size = nvrtc.nvrtcGetCUBINSize(prog)
-    cubin = bytearray(size)
-    nvrtc.nvrtcGetCUBIN(prog, cubin)
+    _, size = (nvrtc.nvrtcGetPTXSize if ptx else nvrtc.nvrtcGetCUBINSize)(prog)
+    binary = bytearray(size)
+    (nvrtc.nvrtcGetPTX if ptx else nvrtc.nvrtcGetCUBIN)(prog, binary)
     nvrtc.nvrtcDestroyProgram(prog)
-    return log, bytes(cubin)
+    return log, bytes(binary)
 
 
 def _nvrtc_ok(err, what):
@@ -202,11 +203,20 @@ def load(path: str | Path, name: str, options: tuple = (), arch: str | None = No
     """A CuPy RawKernel-like function for kernel ``name`` in a .cu file (needs a GPU); compiled once.
 
     ``arch`` (e.g. "sm_90a") builds for that exact target with ``compile_cubin`` instead of CuPy's
-    choice (the device's plain sm_XX), for target-specific instructions such as Hopper's wgmma."""
+    choice (the device's plain sm_XX), for target-specific instructions such as Hopper's wgmma. Under
+    ``BOOK_MAX_CC`` the others (no ``arch``, or the capped ``device.target_arch()``) are built as PTX for the
+    capped capability, which the driver compiles for this GPU (``device.capped_ptx_target``)."""
     if device.MODE != device.GPU:
         raise RuntimeError(f"running {Path(path).name} needs a GPU; in the simulator it is compiled only")
     import cupy
 
+    if (virtual := device.capped_ptx_target()) and arch in (None, device.target_arch()):
+        src = source_path(path)
+        opts = [f"-arch={virtual}", *STD_OPTIONS, *options, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs())]
+        _, ptx = _nvrtc(src, src.read_bytes(), opts, ptx=True)
+        file = _cubin_dir() / f"{src.stem}_{virtual}_{hashlib.sha256(ptx).hexdigest()[:16]}.ptx"
+        file.write_bytes(ptx)
+        return cupy.RawModule(path=str(file)).get_function(name)
     if arch is not None:
         cubin = compile_cubin(path, arch, options).cubin
         # Named by content: CuPy caches a loaded module by its path, so two variants must not share one.

@@ -2,7 +2,9 @@
 
 The mode is chosen when this module is first imported, before anything imports ``numba.cuda``:
 the simulator can only be switched on through ``NUMBA_ENABLE_CUDASIM`` before that import.
-Set ``BOOK_MODE=gpu`` or ``BOOK_MODE=sim`` to force a mode.
+Set ``BOOK_MODE=gpu`` or ``BOOK_MODE=sim`` to force a mode. ``BOOK_MAX_CC=7.5`` (or 8.0, 8.6, 8.9) makes the
+book treat the GPU as one of that compute capability (``capped``): it compiles for it and leaves out what such a
+GPU cannot run.
 """
 
 from __future__ import annotations
@@ -77,7 +79,56 @@ def _select() -> tuple[str, str]:
     return mode, reason
 
 
+# The compute capabilities BOOK_MAX_CC may name, each with the most shared memory a block of it may opt in
+# to (the CUDA C++ Programming Guide's technical specifications): with the instructions the capability
+# has, what decides whether a kernel can run there at all.
+SMEM_PER_BLOCK_OPTIN = {"75": 64 * 1024, "80": 163 * 1024, "86": 99 * 1024, "89": 99 * 1024, "90": 227 * 1024}
+
+
+def dotted(cc: str) -> str:
+    """A compute capability as people write it: "75" -> "7.5", "100" -> "10.0"."""
+    return f"{cc[:-1]}.{cc[-1]}"
+
+
+def max_cc() -> str | None:
+    """The compute capability ``BOOK_MAX_CC`` caps the GPU at, as "75" for 7.5; None where it is unset."""
+    text = os.environ.get("BOOK_MAX_CC", "").strip()
+    if not text:
+        return None
+    found = re.fullmatch(r"([1-9]\d*)\.(\d)", text)
+    if not found:
+        raise ValueError(f"BOOK_MAX_CC must be a compute capability such as 7.5 or 8.9, got {text!r}")
+    return found[1] + found[2]
+
+
+def capped(props: dict) -> dict:
+    """``props`` (``properties()``'s keys) as the book sees them under ``BOOK_MAX_CC``: the capped compute
+    capability, at most the shared memory per block it allows, and the cap in the name, so that the run's
+    results go to a folder of their own; ``hardware_cc`` keeps the GPU's own capability. Everything else
+    (SMs, clocks, caches, memory, shared memory per SM, resident threads) stays the GPU's: the kernels run
+    on it. ``props`` itself where no cap is set or the cap is the GPU's own capability."""
+    cap, own = max_cc(), props["cc"]
+    if cap is None or cap == own:
+        return props
+    if int(cap) > int(own):
+        raise ValueError(
+            f"BOOK_MAX_CC={dotted(cap)} is above this GPU's compute capability {dotted(own)}: a cap can only lower it"
+        )
+    if cap not in SMEM_PER_BLOCK_OPTIN:
+        known = ", ".join(map(dotted, SMEM_PER_BLOCK_OPTIN))
+        raise ValueError(f"BOOK_MAX_CC={dotted(cap)} is not a compute capability the book knows ({known})")
+    if cap == "90":  # Hopper's wgmma and TMA code is built for sm_90a, which runs on compute capability 9.0 only
+        raise ValueError(f"BOOK_MAX_CC=9.0 runs sm_90a code, which a {dotted(own)} GPU cannot: cap it at 8.9 or lower")
+    smem = min(props["smem_per_block_optin_bytes"], SMEM_PER_BLOCK_OPTIN[cap])
+    name = f"{props['name']} capped at sm_{cap}"
+    return props | {"cc": cap, "smem_per_block_optin_bytes": smem, "name": name, "hardware_cc": own}
+
+
 MODE, REASON = _select()
+if (_cap := max_cc()) in SMEM_PER_BLOCK_OPTIN and MODE == GPU:
+    # Numba compiles for this capability from here on (its compiler rereads the variable): PTX for
+    # compute_75, say, which the driver then compiles for the GPU it has.
+    os.environ["NUMBA_FORCE_CUDA_CC"] = dotted(_cap)
 
 
 def _serialize_simulator_shared_arrays() -> None:
@@ -226,9 +277,14 @@ def current_clocks() -> dict:
         return {}
 
 
-@cache
 def properties() -> dict:
-    """The static properties of GPU 0 that the book's models use (CuPy runtime queries)."""
+    """The static properties of GPU 0 that the book's models use, as ``BOOK_MAX_CC`` caps them (``capped``)."""
+    return capped(own_properties())
+
+
+@cache
+def own_properties() -> dict:
+    """The static properties of GPU 0 (CuPy runtime queries), whatever ``BOOK_MAX_CC`` says."""
     if MODE != GPU:
         raise RuntimeError("device properties need a GPU; this run uses the CUDA simulator")
     import cupy
@@ -272,14 +328,23 @@ REFERENCE_PROPERTIES = {
 
 
 def target_properties() -> dict:
-    """``properties()`` of this GPU; without one, the reference GPU's."""
-    return properties() if on_gpu() else REFERENCE_PROPERTIES
+    """``properties()`` of this GPU; without one, the reference GPU's (under ``BOOK_MAX_CC``, capped)."""
+    return properties() if on_gpu() else capped(REFERENCE_PROPERTIES)
 
 
 def target_arch() -> str:
     """The compile target of ``target_properties()``, e.g. "sm_90": the code CuPy and Numba build for
-    this GPU, or for the reference GPU without one."""
+    this GPU, or for the reference GPU without one (under ``BOOK_MAX_CC``, for the capped capability)."""
     return f"sm_{target_properties()['cc']}"
+
+
+def capped_ptx_target() -> str | None:
+    """Where ``BOOK_MAX_CC`` lowers this GPU's capability, the virtual architecture its CUDA C++ is built
+    for, e.g. "compute_75": the driver compiles that PTX for the GPU it has (a cubin built for sm_75 would
+    not load on an sm_90 GPU). None otherwise, and without a GPU."""
+    if not on_gpu() or max_cc() is None or properties()["cc"] == own_properties()["cc"]:
+        return None
+    return f"compute_{properties()['cc']}"
 
 
 def environment() -> dict:
