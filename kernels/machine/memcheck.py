@@ -1,0 +1,64 @@
+"""Launch every kernel of the machine chapter once, small, for compute-sanitizer (needs a GPU):
+
+    compute-sanitizer --tool memcheck python -m kernels.machine.memcheck
+
+The copy kernels at lengths that are not multiples of the block, the FMA chains with both unrolls at a
+thread count that is not a multiple of a warp, the shared-memory stream, and the driver's copy: each on
+an output poisoned with NaN, against its float64 reference. It prints a count of the verdicts and every
+failure in full, then exits non-zero if a check failed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ..harness import check, device
+
+
+def checks(rng) -> list:
+    """Each kernel of the chapter once per small case: a list of check.CheckResult."""
+    import cupy
+
+    from ..harness.cuda_cpp import load
+    from .copy import copy_kernel, copy_kernel_x4, memcpy_d2d
+    from .fma import fma_kernel, reference
+
+    out = []
+    for n in (1, 97, 1000):
+        src = cupy.asarray(rng.random(n, dtype=np.float32))
+        dst = check.poison(cupy.empty_like(src))
+        for kernel in (copy_kernel, copy_kernel_x4):
+            kernel[3, 64](check.poison(dst), src)
+            out.append(check.compare(dst, src, atol=0, name=f"{kernel.py_func.__name__} n={n}"))
+        memcpy_d2d(check.poison(dst), src)
+        out.append(check.compare(dst, src, atol=0, name=f"memcpy n={n}"))
+    for unroll in (1, 16):
+        y = check.poison(cupy.empty(45, dtype=np.float32))
+        fma_kernel(unroll)[2, 32](y, 3, np.float32(0.999), np.float32(0.001))
+        out.append(
+            check.compare(y, reference(45, 3 * unroll, 0.999, 0.001), atol=1e-5, name=f"fma_chains unroll={unroll}")
+        )
+    blocks, threads, iters, step = 3, 128, 37, 32  # as tests/test_machine_kernels.py checks it
+    y = check.poison(cupy.empty(blocks * threads, dtype=cupy.float32))
+    load("machine/smem_read.cu", "smem_read")((blocks,), (threads,), (y, np.int32(iters), np.int32(step)))
+    idx = (np.arange(threads)[:, None] + step * np.arange(iters)[None, :]) & 1023
+    want = np.tile((4.0 * idx + 6.0).sum(axis=1), blocks)
+    out.append(check.compare(y, want, atol=0.0, rtol=1e-6, name="smem_read"))
+    return out
+
+
+def main() -> int:
+    if not device.on_gpu():
+        print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
+        return 1
+    from ..probes import report
+
+    results = checks(np.random.default_rng(0))
+    print(report.verdicts(results))
+    return 1 if any(not r.ok for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
