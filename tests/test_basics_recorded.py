@@ -91,8 +91,8 @@ def test_the_sanitizer_driver_says_it_needs_a_gpu(capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
-@pytest.mark.gpu
 def test_the_sanitizer_driver_checks_every_worked_kernel(rng):
+    """What runs under compute-sanitizer on a GPU runs here in the simulator: every kernel, checked."""
     results = memcheck.checks(rng)
     names = " ".join(r.name for r in results)
     for kernel in ("scale ", "scale_guarded", "launch_max", "diff_shared", "add_2d", "copy_rows", "copy_columns"):

@@ -18,34 +18,36 @@ from ..harness import check, device
 
 
 def checks(rng) -> list:
-    """Each kernel of the chapter once per small case: a list of check.CheckResult."""
-    import cupy
-
-    from ..harness.cuda_cpp import load
+    """Each kernel of the chapter once per small case: a list of check.CheckResult. In the simulator (the
+    tests) the Numba kernels run on NumPy arrays; the driver's copy and the CUDA C++ stream need a GPU."""
     from .copy import copy_kernel, copy_kernel_x4, memcpy_d2d
     from .fma import fma_kernel, reference
 
+    xp = device.xp()
     out = []
     for n in (1, 97, 1000):
-        src = cupy.asarray(rng.random(n, dtype=np.float32))
-        dst = check.poison(cupy.empty_like(src))
+        src = xp.asarray(rng.random(n, dtype=np.float32))
+        dst = check.poison(xp.empty_like(src))
         for kernel in (copy_kernel, copy_kernel_x4):
             kernel[3, 64](check.poison(dst), src)
             out.append(check.compare(dst, src, atol=0, name=f"{kernel.py_func.__name__} n={n}"))
-        memcpy_d2d(check.poison(dst), src)
-        out.append(check.compare(dst, src, atol=0, name=f"memcpy n={n}"))
+        if device.on_gpu():
+            memcpy_d2d(check.poison(dst), src)
+            out.append(check.compare(dst, src, atol=0, name=f"memcpy n={n}"))
     for unroll in (1, 16):
-        y = check.poison(cupy.empty(45, dtype=np.float32))
+        y = check.poison(xp.empty(45, dtype=np.float32))
         fma_kernel(unroll)[2, 32](y, 3, np.float32(0.999), np.float32(0.001))
-        out.append(
-            check.compare(y, reference(45, 3 * unroll, 0.999, 0.001), atol=1e-5, name=f"fma_chains unroll={unroll}")
-        )
-    blocks, threads, iters, step = 3, 128, 37, 32  # as tests/test_machine_kernels.py checks it
-    y = check.poison(cupy.empty(blocks * threads, dtype=cupy.float32))
-    load("machine/smem_read.cu", "smem_read")((blocks,), (threads,), (y, np.int32(iters), np.int32(step)))
-    idx = (np.arange(threads)[:, None] + step * np.arange(iters)[None, :]) & 1023
-    want = np.tile((4.0 * idx + 6.0).sum(axis=1), blocks)
-    out.append(check.compare(y, want, atol=0.0, rtol=1e-6, name="smem_read"))
+        want = reference(45, 3 * unroll, 0.999, 0.001)
+        out.append(check.compare(y, want, atol=1e-5, name=f"fma_chains unroll={unroll}"))
+    if device.on_gpu():
+        from ..harness.cuda_cpp import load
+
+        blocks, threads, iters, step = 3, 128, 37, 32  # as tests/test_machine_kernels.py checks it
+        y = check.poison(xp.empty(blocks * threads, dtype=np.float32))
+        load("machine/smem_read.cu", "smem_read")((blocks,), (threads,), (y, np.int32(iters), np.int32(step)))
+        idx = (np.arange(threads)[:, None] + step * np.arange(iters)[None, :]) & 1023
+        want = np.tile((4.0 * idx + 6.0).sum(axis=1), blocks)
+        out.append(check.compare(y, want, atol=0.0, rtol=1e-6, name="smem_read"))
     return out
 
 
