@@ -87,7 +87,7 @@ def test_every_figure_is_drawn_legibly(rec, name):
 
 @pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
 def test_the_sanitizer_driver_says_it_needs_a_gpu(capsys):
-    assert memcheck.main() == 1
+    assert check.sanitized(memcheck.checks) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
@@ -113,3 +113,15 @@ def test_verdicts_make_one_table_and_spell_out_a_failure():
         show.verdicts([])
     with pytest.raises(TypeError, match="bool `ok`"):
         show.verdicts(["PASS  ones"])
+
+
+def test_a_sanitizer_script_prints_its_failures_and_a_count(monkeypatch, capsys):
+    import numpy as np
+
+    monkeypatch.setattr(device, "on_gpu", lambda: True)
+    good = check.compare(np.ones(2), np.ones(2), atol=0, name="good")
+    bad = check.compare(np.zeros(2), np.ones(2), atol=0, name="bad")
+    assert check.sanitized(lambda rng: [good, good]) == 0
+    assert capsys.readouterr().out == "PASS  2 of 2 checks\n"
+    assert check.sanitized(lambda rng: [good, bad]) == 1
+    assert capsys.readouterr().out.splitlines() == [str(bad), "FAIL  1 of 2 checks"]

@@ -107,7 +107,7 @@ def test_timing_a_copy_and_the_sanitizer_driver_need_a_gpu(capsys):
         copy.memcpy_gbps(1 << 20)
     with pytest.raises(ValueError, match="pairs must be >= 1"):
         copy.memcpy_gbps(1 << 20, pairs=0)
-    assert memcheck.main() == 1 and "needs a CUDA GPU" in capsys.readouterr().out
+    assert check.sanitized(memcheck.checks) == 1 and "needs a CUDA GPU" in capsys.readouterr().out
 
 
 def test_the_sanitizer_driver_checks_every_kernel_of_the_chapter(rng):
