@@ -313,7 +313,7 @@ def test_a_passing_report_says_what_the_accesses_cost(rng):
 @pytest.mark.gpu
 @needs_solutions
 def test_published_solutions_pass_on_the_gpu(rng):
-    """The chapter's memcheck cell runs this file under compute-sanitizer: every solution, on the GPU."""
+    """Every published solution passes its checker on the GPU (make gpu-test)."""
     for e in BASICS:
         assert e.check(SOLUTIONS[e.label].solution, rng=rng).ok, e.label
 

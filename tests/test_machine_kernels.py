@@ -73,3 +73,57 @@ def test_ceilings_are_measured():
     assert all(isinstance(v, float) and np.isfinite(v) and v > 0 for v in c.values())
     with pytest.raises(ValueError, match="GPU memory"):
         ceilings.measure_copy(1 << 50)
+
+
+def test_the_device_table_reads_in_words_and_units():
+    from kernels.machine import properties
+
+    stored = {"cc": 90.0, "sms": 132.0, "l2_bytes": 52428800.0, "smem_per_sm_bytes": 233472.0, "warp_size": 32.0}
+    rows = {r["property"]: (r["value"], r["unit"]) for r in properties.table_rows(stored)}
+    assert rows["compute capability"] == ("9.0", "--")
+    assert rows["L2 cache"] == ("50", "MiB") and rows["shared memory per SM"] == ("228", "KiB")
+    assert rows["streaming multiprocessors (SMs)"] == ("132", "--")
+    assert set(device.REFERENCE_PROPERTIES) - {"name"} <= set(properties.PROPERTIES)
+    with pytest.raises(KeyError, match="no words for the device properties"):
+        properties.table_rows({"max_sm_clock": 1980})
+
+
+def test_copies_from_dram_fill_the_l2_four_times_over():
+    from kernels.machine.copy import pairs_from_dram
+
+    l2 = 50 << 20
+    assert pairs_from_dram(2 << 20, l2) == 50  # 50 pairs of 4 MiB: 200 MiB
+    assert pairs_from_dram(24 << 20, l2) == 5
+    assert pairs_from_dram(1 << 30, l2) == 1
+    with pytest.raises(ValueError, match="nbytes"):
+        pairs_from_dram(0, l2)
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
+def test_timing_a_copy_and_the_sanitizer_driver_need_a_gpu(capsys):
+    from kernels.machine import copy, memcheck
+
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        copy.memcpy_gbps(1 << 20)
+    with pytest.raises(ValueError, match="pairs must be >= 1"):
+        copy.memcpy_gbps(1 << 20, pairs=0)
+    assert check.sanitized(memcheck.checks) == 1 and "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_the_sanitizer_driver_checks_every_kernel_of_the_chapter(rng):
+    """What runs under compute-sanitizer on a GPU runs here in the simulator, but the CUDA-only parts."""
+    from kernels.machine import memcheck
+
+    results = memcheck.checks(rng)
+    names = " ".join(r.name for r in results)
+    on_gpu = ("memcpy", "smem_read") if device.on_gpu() else ()
+    assert all(k in names for k in ("copy_kernel n=", "copy_kernel_x4", "fma_chains unroll=16", *on_gpu))
+    assert all(r.ok for r in results), [str(r) for r in results if not r.ok]
+
+
+@pytest.mark.gpu
+def test_a_copy_cycling_through_pairs_is_timed():
+    from kernels.machine.copy import memcpy_gbps
+
+    rates = [memcpy_gbps(1 << 20, pairs=p, repeat=3) for p in (1, 3)]
+    assert all(np.isfinite(r) and r > 0 for r in rates)

@@ -294,6 +294,23 @@ def memcheck(args: list[str], timeout: int = 900, tail: int = 25, tool: str = "m
     return proc.returncode == 0
 
 
+def sanitized(checks) -> int:
+    """The body of a script that ``memcheck`` runs: ``checks(rng)`` (a list of CheckResult, each kernel on a
+    poisoned output) with every failure printed and a count of the verdicts; 1 if any failed. Without a GPU,
+    one line and 1: the sanitizer has nothing to watch in the simulator."""
+    from . import device
+
+    if not device.on_gpu():
+        print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
+        return 1
+    results = checks(np.random.default_rng(0))
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(r)
+    print(("PASS" if not failed else "FAIL") + f"  {len(results) - len(failed)} of {len(results)} checks")
+    return 1 if failed else 0
+
+
 def ncu_csv(args: list[str], metrics, kernels: str, shown: str, timeout: int = 600) -> str | None:
     """``ncu --csv`` over ``python *args`` from the repository's root: the named ``metrics`` of every
     launch of a kernel that ``kernels`` matches (ncu's --kernel-name, e.g. "regex:conv_"), as ncu prints

@@ -71,3 +71,26 @@ def table(rows: list[dict], columns: list[str] | None = None, formats: dict | No
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     body = "".join("| " + " | ".join(cell(r, c) for c in columns) + " |\n" for r in rows)
     return Markdown(head + body)
+
+
+def verdicts(results, *, what: str = "check"):
+    """One table for a section's correctness checks (``check.CheckResult``: anything with ``name``, ``ok``,
+    ``atol``, ``rtol`` and ``reason()``): a row per check with its tolerance and verdict, a failure's reason
+    beside it, and a last row counting them. A wall of PASS lines, as one table."""
+    from IPython.display import Markdown
+
+    results = list(results) if not isinstance(results, (str, bytes)) and hasattr(results, "__iter__") else None
+    if not results:
+        raise ValueError("verdicts: expected a non-empty list of check results (check.compare's)")
+    odd = [r for r in results if not isinstance(getattr(r, "ok", None), bool) or not hasattr(r, "reason")]
+    if odd:
+        raise TypeError(f"verdicts: expected check results with a bool `ok` and a reason(), got {odd[0]!r:.80}")
+
+    def bound(r):
+        return f"max abs error <= {r.atol:g}" + ("" if r.rtol is None else f", relative <= {r.rtol:g}")
+
+    passed = sum(r.ok for r in results)
+    head = f"| {what} | tolerance | verdict |\n|---|---|---|\n"
+    body = "".join(f"| {r.name} | {bound(r)} | {'pass' if r.ok else 'FAILED: ' + r.reason()} |\n" for r in results)
+    total = f"| **all {len(results)}** | | **{passed} passed, {len(results) - passed} failed** |\n"
+    return Markdown(head + body + total)

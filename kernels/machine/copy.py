@@ -64,3 +64,29 @@ def copy(dst, src, kernel=copy_kernel, *, blocks: int, threads: int = 256):
 
 def bytes_moved(nbytes: int) -> int:
     return 2 * nbytes
+
+
+def pairs_from_dram(nbytes: int, l2_bytes: int) -> int:
+    """How many (src, dst) pairs a copy of ``nbytes`` must cycle through so that each pair's lines have
+    left the L2 before its next turn: together four times the L2's capacity, or one pair that alone is."""
+    check.positive_int(nbytes, "nbytes")
+    check.positive_int(l2_bytes, "l2_bytes")
+    return max(1, -(-4 * l2_bytes // (2 * nbytes)))
+
+
+def memcpy_gbps(nbytes: int, *, pairs: int = 1, repeat: int = 20) -> float:
+    """GB/s (read + write) of a device-to-device memcpy of ``nbytes``, repetition i copying pair i mod
+    ``pairs``. With one pair every copy finds what the copy before it left in the L2, all of it where
+    source and destination fit there; with ``pairs_from_dram`` pairs each copy reads its source from DRAM."""
+    from ..harness import device, timing
+
+    check.positive_int(nbytes, "nbytes")
+    check.positive_int(pairs, "pairs")
+    if device.MODE != device.GPU:
+        raise RuntimeError("memcpy_gbps: timing a copy needs a GPU; this run uses the CUDA simulator")
+    import cupy
+
+    buffers = [(cupy.empty(nbytes // 4, dtype=cupy.float32), cupy.ones(nbytes // 4, dtype=cupy.float32))]
+    buffers += [(cupy.empty_like(buffers[0][0]), cupy.ones_like(buffers[0][1])) for _ in range(pairs - 1)]
+    t = timing.benchmark(memcpy_d2d, args=buffers, repeat=repeat)
+    return bytes_moved(buffers[0][1].nbytes) / (t.median_ms * 1e-3) / 1e9

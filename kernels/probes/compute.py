@@ -31,6 +31,7 @@ IMMEDIATE_ADDEND = np.float32(1e-8)  # fma_v3_immediate.cu's ADDEND
 WARP = 32
 SCHEDULERS_PER_SM = 4  # sm_70 and later: four sub-partitions, each issuing one warp instruction per cycle
 LIVE_COUNTS = (32, 64, 128, 192, 224, 240, 256, 320)
+SECOND_READ = "FFMA with 2 operand-read cycles"  # fma_loop_report's column: issue_cycles charges these twice
 
 
 # --- 1. thread launch rate ------------------------------------------------------------------------
@@ -193,6 +194,20 @@ def run_fma(variants, threads_list, *, blocks: int = 1, iters: int = 2**19 - 88,
             )
         )
     return rows
+
+
+LATENCY_VARIANT, LATENCY_THREADS = "v2 double loop", 128  # one warp per scheduler, 100 dependent FFMAs per trip
+
+
+def chain_latency_cycles(rows: list[dict]) -> float:
+    """The cycles between one warp's dependent FFMAs: ``run_fma`` rows of LATENCY_VARIANT with one block of
+    LATENCY_THREADS threads, one warp on each scheduler. A warp issues an FFMA only once the previous one's
+    result is ready, so each scheduler issues 32 FMAs every latency: 4 x 32 / (FMA per cycle per SM)."""
+    problem = f"1 x {LATENCY_THREADS} threads"
+    found = [r for r in rows if r["kernel"] == f"fma {LATENCY_VARIANT}" and r["problem"] == problem]
+    if not found:
+        raise ValueError(f"rows: no row of fma {LATENCY_VARIANT} at {problem} (run_fma's, with one block)")
+    return SCHEDULERS_PER_SM * WARP / float(found[-1]["value"])
 
 
 def tail_blocks(sms: int) -> list[int]:
@@ -424,12 +439,14 @@ def timed_loop(instructions, opcode: str):
 
 def issue_cycles(body) -> int:
     """Issue cycles of one trip through a loop body on one scheduler: one per instruction, two for an
-    FFMA whose register operands collide in a register bank (``sass.bank_conflict``)."""
+    FFMA that reads two registers of one bank from the register file (``sass.bank_conflict``; operands
+    flagged ``.reuse`` by the instruction before come from the reuse cache). With two banks, each read
+    once per cycle (as published for Ampere), that is every FFMA reading three distinct registers."""
     return len(body) + sass.bank_conflicts(body, "FFMA")
 
 
 def fma_loop_report(arch: str | None = None) -> list[dict]:
-    """Per FMA variant: the hottest loop's FFMAs, other instructions and bank-conflicted FFMAs, and the
+    """Per FMA variant: the hottest loop's FFMAs, other instructions and FFMAs charged a second read cycle, and the
     issue-bound rate they predict with enough warps: 4 schedulers x 32 threads x FFMAs / issue cycles,
     at most the FP32 lanes per SM of ``arch`` (default ``device.target_arch()``)."""
     arch = arch or device.target_arch()
@@ -444,7 +461,7 @@ def fma_loop_report(arch: str | None = None) -> list[dict]:
                 "variant": variant,
                 "FFMA in loop": ffma,
                 "other in loop": len(body) - ffma,
-                "bank-conflicted FFMA": sass.bank_conflicts(body, "FFMA"),
+                SECOND_READ: sass.bank_conflicts(body, "FFMA"),
                 # with 64 lanes (sm_75, sm_80) a warp's FFMA holds its scheduler's 16 lanes two cycles
                 "predicted FMA/cycle/SM": min(SCHEDULERS_PER_SM * WARP * ffma / issue_cycles(body), float(lanes))
                 if body
