@@ -1,9 +1,9 @@
 """Kernel launches straight through the CUDA driver's ``cuLaunchKernel``, over ctypes, for callers whose
 time is the host's (a training loop calling one small operation per step).
 
-A CuPy ``RawKernel`` call converts and checks every argument in Python and Cython each time (about 20 µs
-of host time per launch on the GPU machine); here the arguments go into ctypes buffers made once per
-kernel and thread, and the launch costs the driver call and little else. The kernel itself is loaded
+A CuPy ``RawKernel`` call converts and checks every argument in Python and Cython each time, which can
+cost more host time than a small image's kernel takes on the GPU; here the arguments go into ctypes
+buffers made once per kernel and thread, and the launch costs the driver call and little else. The kernel itself is loaded
 by CuPy (``cuda_cpp.load``): this module only launches it.
 """
 
