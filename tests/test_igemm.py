@@ -11,7 +11,7 @@ import pytest
 
 from gpus import A100, H100, RTX_4090, T4
 from kernels.harness import check, cuda_cpp, device, sass
-from kernels.igemm import banks
+from kernels.igemm import banks, problems, registry
 from kernels.igemm import common as ig
 
 CUDA_STEPS = [s.number for s in ig.REGISTRY if s.cuda_cpp]
@@ -400,7 +400,7 @@ def test_misaligned_arrays_are_refused_by_the_tensor_core_steps():
 )
 def test_tensors_past_32_bit_indices_are_refused(problem, limit, match, monkeypatch):
     """The CUDA C++ steps index with 32-bit integers: a small limit stands in for 2**31 - 1 elements."""
-    monkeypatch.setattr(ig, "MAX_ELEMENTS", limit)
+    monkeypatch.setattr(problems, "MAX_ELEMENTS", limit)
     x, w = _inputs(problem)
     with pytest.raises(
         ValueError,
@@ -585,7 +585,7 @@ def test_the_launcher_refuses_a_step_this_gpu_cannot_run(monkeypatch):
 def test_left_out_says_why_once(monkeypatch, capsys):
     monkeypatch.setattr(device, "MODE", device.GPU)
     monkeypatch.setattr(device, "properties", lambda: A100)
-    monkeypatch.setattr(ig, "_SAID", set())
+    monkeypatch.setattr(registry, "_SAID", set())
     assert ig.left_out(6, 3) and ig.left_out(6, 5) and not ig.left_out(5, 4)
     assert capsys.readouterr().out == f"left out on this GPU: {ig.unsupported(6, A100)}\n"
     monkeypatch.setattr(device, "MODE", device.SIM)
