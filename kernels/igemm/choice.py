@@ -39,7 +39,6 @@ def k_half(head_ms: float, per_k_ms: float) -> float:
     return head_ms / per_k_ms
 
 
-# ---- Choosing a step per problem --------------------------------------------------------------------
 # A model, not a timing: each step's tile (128x128, 128x256 for steps 7-10, 128x64 for step 11's narrow
 # build) cuts the GEMM into tiles; the SMs run them in waves of SMs x blocks per SM (as shared memory,
 # threads and registers allow); a tile costs its padded work, K rounded up to the step's K step, plus its

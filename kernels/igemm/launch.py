@@ -9,7 +9,7 @@ from functools import cache
 import numpy as np
 
 from ..harness import check, device
-from .problems import _module, split_plan, validate
+from .problems import array_module, split_plan, validate
 from .registry import (
     EPILOGUE,
     FIXUP_TILE,
@@ -191,41 +191,11 @@ def split_reduce_kernel(step: int, stages: int):
     return cuda_cpp.load(step_info(step).source, "igemm_split_reduce", options=(f"-DSTAGES={stages}",), arch="sm_90a")
 
 
-def conv(
-    step: int,
-    x,
-    w,
-    *,
-    pad: int = 1,
-    stride: int = 1,
-    bias=None,
-    alpha: float = 1.0,
-    relu: bool = False,
-    stages: int | None = None,
-    out=None,
-    x_bypass_l1: bool = False,
-    blocks: int | None = None,
-    splits: int | None = None,
-    block_n: int | None = None,
-):
-    """Run one step and return its output (poisoned first, so nothing unwritten can pass)."""
+def conv(step: int, x, w, *, pad: int = 1, stride: int = 1, bias=None, out=None, **options):
+    """Run one step and return its output (poisoned first, so nothing unwritten can pass); ``options``
+    as ``launcher`` takes them."""
     if out is None:
         problem = validate(step, x, w, pad=pad, stride=stride, bias=bias)
-        out = check.poison(_module(x).empty(problem.y_shape, dtype=np.float16))
-    launcher(
-        step,
-        x,
-        w,
-        out,
-        pad=pad,
-        stride=stride,
-        bias=bias,
-        alpha=alpha,
-        relu=relu,
-        stages=stages,
-        x_bypass_l1=x_bypass_l1,
-        blocks=blocks,
-        splits=splits,
-        block_n=block_n,
-    )()
+        out = check.poison(array_module(x).empty(problem.y_shape, dtype=np.float16))
+    launcher(step, x, w, out, pad=pad, stride=stride, bias=bias, **options)()
     return out

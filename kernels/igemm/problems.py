@@ -131,7 +131,7 @@ def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
     return xp.asarray(x), xp.asarray(w)
 
 
-def _module(a):
+def array_module(a):
     """The array module for arrays like ``a``: NumPy for host arrays and in the simulator, else CuPy."""
     return np if isinstance(a, np.ndarray) else device.xp()
 
@@ -144,7 +144,7 @@ def reference(
     Float32 is enough to judge fp16 inputs (its rounding is 2^-24 against fp16's 2^-11) and keeps the
     full problem fast on a GPU; tests on small sizes pass ``dtype=np.float64``.
     """
-    xp = _module(x)
+    xp = array_module(x)
     if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[3] != x.shape[3]:
         raise ValueError(
             f"x and w: expected NHWC input and KRSC filters with the same channels (last axis), "

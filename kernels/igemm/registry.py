@@ -4,7 +4,7 @@ follows from a record alone: a step's shared memory, the GPUs that can run it, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -93,159 +93,83 @@ class Step:
         return self.source.endswith(".cu")
 
 
-# The one list of steps, in order; everything below asks it. Steps 6-12 keep one wgmma batch in flight:
+def _lineage(first: Step, *children: tuple) -> tuple[Step, ...]:
+    """``first``, then each child (stem, title, {field: value}) as the step before it with those fields
+    changed: the next number, the source igemm/<stem>.cu with its entry point igemm_<stem>, and the idea
+    the step adds (or a fact of its parent it drops). A record says what its step changes, as its source
+    does against its parent's."""
+    steps = [first]
+    for stem, title, idea in children:
+        parent = steps[-1]
+        number, source, kernel = parent.number + 1, f"igemm/{stem}.cu", f"igemm_{stem}"
+        steps.append(replace(parent, number=number, source=source, kernel=kernel, title=title, **idea))
+    return tuple(steps)
+
+
+# The one list of steps, in order; everything else asks it. Steps 6-12 keep one wgmma batch in flight:
 # 3 stages at least; 5 of steps 7-10's 48 KB no longer fit, 6 of step 11's 32 KB do. (Step 1's blocks
 # are v1_naive.THREADS wide.)
-REGISTRY = (
+REGISTRY = _lineage(
     Step(1, "igemm/v1_naive.py", "igemm_naive", "naive implicit GEMM", THREADS),
-    Step(2, "igemm/v2_wmma.cu", "igemm_v2_wmma", "tensor cores through WMMA", THREADS, needs=("WMMA", 70)),
-    Step(
-        3,
-        "igemm/v3_ldmatrix.cu",
-        "igemm_v3_ldmatrix",
-        "a bank-conflict-free shared layout",
-        THREADS,
-        needs=("mma.sync.m16n8k16", 80),
-    ),
-    Step(
-        4,
-        "igemm/v4_cp_async.cu",
-        "igemm_v4_cp_async",
+    ("v2_wmma", "tensor cores through WMMA", {"needs": ("WMMA", 70)}),
+    ("v3_ldmatrix", "a bank-conflict-free shared layout", {"needs": ("mma.sync.m16n8k16", 80)}),
+    (
+        "v4_cp_async",
         "a multi-stage cp.async pipeline",
-        THREADS,
-        stages=(2, 5),
-        default_stages=3,
-        stage_bytes=STAGE_BYTES,
-        needs=("cp.async", 80),
-        x_bypass_l1=True,
+        {
+            "stages": (2, 5),
+            "default_stages": 3,
+            "stage_bytes": STAGE_BYTES,
+            "needs": ("cp.async", 80),
+            "x_bypass_l1": True,
+        },
     ),
-    Step(
-        5,
-        "igemm/v5_epilogue.cu",
-        "igemm_v5_epilogue",
-        "the fused epilogue",
-        THREADS,
-        stages=(2, 5),
-        default_stages=3,
-        stage_bytes=STAGE_BYTES,
-        needs=("cp.async", 80),
-        epilogue=True,
-        x_bypass_l1=True,
-    ),
-    Step(
-        6,
-        "igemm/v6_wgmma.cu",
-        "igemm_v6_wgmma",
+    ("v5_epilogue", "the fused epilogue", {"epilogue": True}),
+    (
+        "v6_wgmma",
         "Hopper's warpgroup MMA (wgmma)",
-        WGMMA_THREADS,
-        stages=(3, 5),
-        default_stages=4,
-        stage_bytes=WGMMA_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        split_k=True,
-        max_registers=128,  # two blocks of 256 threads per SM
+        {
+            "threads": WGMMA_THREADS,
+            "stages": (3, 5),
+            "default_stages": 4,
+            "stage_bytes": WGMMA_STAGE_BYTES,
+            "needs": None,  # wgmma wants sm_90a itself, not "this or newer"
+            "wgmma": True,
+            "x_bypass_l1": False,
+            "split_k": True,
+            "max_registers": 128,  # two blocks of 256 threads per SM
+        },
     ),
-    Step(
-        7,
-        "igemm/v7_warp_specialized.cu",
-        "igemm_v7_warp_specialized",
+    (
+        "v7_warp_specialized",
         "warp specialization, a 128x256 tile and a persistent grid",
-        WS_THREADS,
-        stages=(3, 4),
-        default_stages=4,
-        stage_bytes=WS_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        specialized=True,
-        max_registers=WS_REGISTERS,
+        {
+            "threads": WS_THREADS,
+            "stages": (3, 4),
+            "stage_bytes": WS_STAGE_BYTES,
+            "specialized": True,
+            "split_k": False,
+            "max_registers": WS_REGISTERS,
+        },
     ),
-    Step(
-        8,
-        "igemm/v8_tma_filters.cu",
-        "igemm_v8_tma_filters",
-        "the filter tile through the Tensor Memory Accelerator (TMA)",
-        WS_THREADS,
-        stages=(3, 4),
-        default_stages=4,
-        stage_bytes=WS_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        specialized=True,
-        tma_filters=True,
-        max_registers=WS_REGISTERS,
-    ),
-    Step(
-        9,
-        "igemm/v9_tma_store.cu",
-        "igemm_v9_tma_store",
-        "the output tile through shared memory and TMA stores",
-        WS_THREADS,
-        stages=(3, 4),
-        default_stages=4,
-        stage_bytes=WS_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        specialized=True,
-        tma_filters=True,
-        tma_store=True,
-        max_registers=WS_REGISTERS,
-    ),
-    Step(
-        10,
-        "igemm/v10_tma_im2col.cu",
-        "igemm_v10_tma_im2col",
-        "the input tile through the TMA engine's im2col mode",
-        WS_THREADS,
-        stages=(3, 4),
-        default_stages=4,
-        stage_bytes=WS_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        specialized=True,
-        tma_filters=True,
-        tma_store=True,
-        tma_im2col=True,
-        max_registers=WS_REGISTERS,
-    ),
-    Step(
-        11,
-        "igemm/v11_ping_pong.cu",
-        "igemm_v11_ping_pong",
+    ("v8_tma_filters", "the filter tile through the Tensor Memory Accelerator (TMA)", {"tma_filters": True}),
+    ("v9_tma_store", "the output tile through shared memory and TMA stores", {"tma_store": True}),
+    ("v10_tma_im2col", "the input tile through the TMA engine's im2col mode", {"tma_im2col": True}),
+    (
+        "v11_ping_pong",
         "two consumer warpgroups taking turns on their own tiles (ping-pong)",
-        WS_THREADS,
-        stages=(4, 6),
-        default_stages=5,
-        stage_bytes=WGMMA_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        specialized=True,
-        tma_filters=True,
-        tma_store=True,
-        tma_im2col=True,
-        ping_pong=True,
-        narrow_stages=8,
-        max_registers=WS_REGISTERS,
+        {
+            "stages": (4, 6),
+            "default_stages": 5,
+            "stage_bytes": WGMMA_STAGE_BYTES,
+            "ping_pong": True,
+            "narrow_stages": 8,
+        },
     ),
-    Step(
-        12,
-        "igemm/v12_split_fixup.cu",
-        "igemm_v12_split_fixup",
+    (
+        "v12_split_fixup",
         "split K inside the persistent grid, each split adding its share of the tile's partials",
-        WS_THREADS,
-        stages=(4, 6),
-        default_stages=5,
-        stage_bytes=WGMMA_STAGE_BYTES,
-        wgmma=True,
-        epilogue=True,
-        specialized=True,
-        tma_filters=True,
-        tma_store=True,
-        tma_im2col=True,
-        ping_pong=True,
-        split_k=True,
-        fixup=True,
-        max_registers=WS_REGISTERS,
+        {"split_k": True, "fixup": True, "narrow_stages": None},
     ),
 )
 _BY_NUMBER = {s.number: s for s in REGISTRY}
