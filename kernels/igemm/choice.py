@@ -130,17 +130,10 @@ def tile_model(
     return tile, tiles, slots, waves, tile_flops
 
 
-def _cost(
-    step: int,
-    stages: int | None,
-    problem: Problem,
-    props: dict,
-    splits: int = 1,
-    head: float = 1.0,
-    block_n: int | None = None,
-) -> float:
-    """The model's time in units of one SM's time per FLOP: waves x tiles sharing an SM x tile work."""
-    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, splits, head, block_n)
+def _cost(step: int, stages: int | None, problem: Problem, props: dict, *options, **named) -> float:
+    """The model's time in units of one SM's time per FLOP: waves x tiles sharing an SM x tile work, with
+    the ``options`` (splits, head, block_n) that ``tile_model`` takes."""
+    _, tiles, slots, waves, tile_flops = tile_model(step, stages, problem, props, *options, **named)
     sharing = min(slots, -(-tiles // props["sms"]))  # blocks on the busiest SM at once
     return waves * sharing * tile_flops
 
