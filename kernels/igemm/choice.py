@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..harness import check, device
-from .problems import PROBLEM, Problem, k_steps, require_problem, require_tensor_core_shape, split_plan
+from .problems import PROBLEM, Problem, k_steps, refusal, require_problem, split_plan
 from .registry import (
     BLOCK_M,
     FIXUP_TILE,
@@ -85,15 +85,16 @@ class Choice:
 def variants(problem: Problem, props: dict | None = None) -> list[tuple[int, int | None, int]]:
     """Every (step, stages, block_n) of the tensor-core steps that ``props``'s GPU (default: this one, or
     the reference GPU without one) can run on ``problem``: each depth at the step's own tile width, and
-    step 11's narrow build at its deepest (its stages are a quarter smaller); the shape errors of the
-    steps where none can."""
+    step 11's narrow build at its deepest (its stages are a quarter smaller). Steps that refuse the layer
+    (``refusal``) are left out; where every one does, the first one's refusal is raised."""
     require_problem(problem)
-    require_tensor_core_shape(problem)
+    tensor_core = [info for info in REGISTRY if info.cuda_cpp]
+    takes = [info for info in tensor_core if refusal(info.number, problem) is None]
+    if not takes:
+        raise ValueError(refusal(tensor_core[0].number, problem))
     props = props or device.target_properties()
     out = []
-    for info in REGISTRY:
-        if not info.cuda_cpp:
-            continue
+    for info in takes:
         out += [(info.number, d, n) for d, n in info.builds if unsupported(info.number, props, d, n) is None]
     return out
 
@@ -260,12 +261,16 @@ def best_step(
     stored_rates), and given rates come with the heads they were calibrated with (default none). Only
     variants with a rate compete, and only those of ``steps`` where given. Without any (no stored run),
     the fallback: the variant with the fewest waves x tiles sharing an SM x tile work, ties to the later
-    step at its default depth. Shapes no tensor-core step takes (C or K not a multiple of 8, over 2^31
-    elements) raise the steps' own errors."""
+    step at its default depth. It never picks a step that refuses the layer: shapes no tensor-core step
+    takes (C or K not a multiple of 8, over 2^31 elements) raise the steps' own refusal, and so do
+    ``steps`` that all refuse it (a stride or padding their input gather cannot describe)."""
     require_problem(problem)
     props = props or device.target_properties()
     eligible = [v for v in variants(problem, props) if steps is None or v[0] in steps]
     if not eligible and steps is not None:
+        refused = [why for step in steps if (why := refusal(step, problem))]
+        if len(refused) == len(steps):
+            raise ValueError(f"steps: {refused[0]}")
         raise ValueError(f"steps: none of {tuple(steps)} runs on a GPU of compute capability {props['cc']}")
     if not eligible:
         raise ValueError(f"problem: no tensor-core step runs on a GPU of compute capability {props['cc']}")

@@ -3,7 +3,8 @@
 
 - ``registry``: the steps, one record each, and what follows from a record (shared memory, the GPUs
   that can run it, its name in the results);
-- ``problems``: the convolution, the chapter's problems, the float32 reference, argument validation;
+- ``problems``: the convolution, the chapter's problems, the float32 reference, the layers a step
+  refuses, argument validation;
 - ``tma``: the Tensor Memory Accelerator's descriptors;
 - ``launch``: the one launcher that runs any step;
 - ``choice``: which step to run on a problem, from a model calibrated on the chapter's stored run.
@@ -44,9 +45,8 @@ from .problems import (  # noqa: F401
     k_steps,
     random_inputs,
     reference,
-    require_im2col_geometry,
+    refusal,
     require_problem,
-    require_tensor_core_shape,
     split_plan,
     validate,
 )

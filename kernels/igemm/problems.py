@@ -1,5 +1,5 @@
 """The convolution the steps compute: the problem, the chapter's problems, the float32 reference and its
-verdict, argument validation, and how a step cuts the problem's K.
+verdict, the layers a step refuses, argument validation, and how a step cuts the problem's K.
 
 The convolution, in the layouts cuDNN's NHWC kernels use:
     x (N, H, W, C) fp16, w (K, R, S, C) fp16  ->  y (N, P, Q, K) fp16, accumulated in fp32,
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..harness import check, device
-from .registry import BLOCK_M, BLOCK_N, EPILOGUE, REGISTRY, SPECIALIZED, WS_BLOCK_N, step_info
+from ..harness import check, cudnn_conv, device
+from .registry import BLOCK_M, BLOCK_N, EPILOGUE, REGISTRY, SPECIALIZED, WS_BLOCK_N, Step, step_info
 
 CHUNK = 8  # fp16 channels per 16-byte load: C and K must be multiples of it
 MAX_ELEMENTS = 2**31 - 1  # the CUDA C++ steps index with 32-bit integers
@@ -36,6 +36,11 @@ class Problem:
     s: int = 3
     pad: int = 1
     stride: int = 1
+
+    def __post_init__(self):
+        # positive integer sizes and stride, a padding >= 0 and an output of a pixel at least, each
+        # refused in words naming the constraint
+        cudnn_conv.operand_shapes(self.n, self.c, self.h, self.w, self.k, self.r, self.s, self.pad, self.stride, "nhwc")
 
     @property
     def p(self) -> int:
@@ -179,45 +184,53 @@ def compare(out, ref, problem: Problem, name: str | None = None, scale: float = 
     return check.compare(out, ref, atol=float(f"{atol:.3g}"), rtol=1e-2, name=name or problem.label())
 
 
-def require_tensor_core_shape(problem: Problem) -> None:
-    """The shape constraints of the CUDA C++ steps (2-10), each error naming its remedy."""
+def refusal(step: int, problem: Problem) -> str | None:
+    """Why ``step`` cannot take the layer ``problem`` -- its channels, its size, or a stride or padding
+    that its input gather cannot describe -- naming the constraint and the latest step that takes the
+    layer; None if it can."""
+    require_problem(problem)
+    why = _broken_limit(step_info(step), problem)
+    if why is None:
+        return None
+    return why.format(taker=max(s.number for s in REGISTRY if _broken_limit(s, problem) is None))
+
+
+def _broken_limit(info: Step, problem: Problem) -> str | None:
+    """The first limit of the step ``info`` that ``problem`` breaks, in words whose ``{taker}`` refusal
+    fills in; None if it breaks none."""
     c, k = problem.c, problem.k
-    if c % CHUNK:
-        raise ValueError(
-            f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
-            f"channels (16 bytes) at a time; pad the channels with zeros "
-            f"(a first layer's C = 3 becomes 8) or use step 1"
-        )
-    if k % CHUNK:
-        raise ValueError(
-            f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
-            f"store {CHUNK} channels at a time; pad the filters with zeros"
-        )
-    for name, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
-        if int(np.prod(shape)) > MAX_ELEMENTS:
-            raise ValueError(
-                f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
-                f"with 32-bit integers (at most {MAX_ELEMENTS}): split the batch"
+    if info.cuda_cpp:  # 16-byte loads and stores of 8 fp16 channels, 32-bit indices
+        if c % CHUNK:
+            return (
+                f"C = {c} is not a multiple of {CHUNK}: the tensor-core steps load {CHUNK} fp16 "
+                f"channels (16 bytes) at a time; pad the channels with zeros "
+                f"(a first layer's C = 3 becomes 8) or use step {{taker}}"
             )
-
-
-def require_im2col_geometry(problem: Problem, step: int) -> None:
-    """What the TMA engine's im2col mode can describe: a traversal stride up to 8, and box corners
-    (-pad, and pad - (R - 1) along H, pad - (S - 1) along W) within [-128, 127]. The remedy named is the
-    last step before ``step`` whose threads gather the input."""
-    gather = max(s.number for s in REGISTRY if s.number < step and s.cuda_cpp and not s.tma_im2col)
-    if problem.stride > IM2COL_MAX_STRIDE:
-        raise ValueError(
-            f"stride {problem.stride}: step {step} gathers the input with the TMA engine, whose im2col "
-            f"stride is at most {IM2COL_MAX_STRIDE}; use step {gather}, whose threads gather it"
-        )
-    corners = (-problem.pad, problem.pad - (problem.r - 1), problem.pad - (problem.s - 1))
-    if not all(-IM2COL_CORNER <= v < IM2COL_CORNER for v in corners):
-        raise ValueError(
-            f"pad {problem.pad} with a {problem.r}x{problem.s} filter: step {step}'s im2col box corners "
-            f"{corners} must lie in [-{IM2COL_CORNER}, {IM2COL_CORNER - 1}]; use step {gather}, whose "
-            f"threads gather it"
-        )
+        if k % CHUNK:
+            return (
+                f"K = {k} output channels is not a multiple of {CHUNK}: the tensor-core steps "
+                f"store {CHUNK} channels at a time; pad the filters with zeros or use step {{taker}}"
+            )
+        for name, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape)):
+            if int(np.prod(shape)) > MAX_ELEMENTS:
+                return (
+                    f"{name} has {int(np.prod(shape))} elements; the CUDA C++ steps index "
+                    f"with 32-bit integers (at most {MAX_ELEMENTS}): split the batch"
+                )
+    if info.tma_im2col:  # the TMA engine's traversal stride, and its box corners along H and W
+        if problem.stride > IM2COL_MAX_STRIDE:
+            return (
+                f"stride {problem.stride}: step {info.number} gathers the input with the TMA engine, whose "
+                f"im2col stride is at most {IM2COL_MAX_STRIDE}; use step {{taker}}, whose threads gather it"
+            )
+        corners = (-problem.pad, problem.pad - (problem.r - 1), problem.pad - (problem.s - 1))
+        if not all(-IM2COL_CORNER <= v < IM2COL_CORNER for v in corners):
+            return (
+                f"pad {problem.pad} with a {problem.r}x{problem.s} filter: step {info.number}'s im2col box "
+                f"corners {corners} must lie in [-{IM2COL_CORNER}, {IM2COL_CORNER - 1}]; use step {{taker}}, "
+                f"whose threads gather it"
+            )
+    return None
 
 
 def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=None) -> Problem:
@@ -242,12 +255,8 @@ def validate(step: int, x, w, out=None, *, pad: int = 1, stride: int = 1, bias=N
     if isinstance(stride, bool) or not (isinstance(stride, (int, np.integer)) and stride >= 1):
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     problem = Problem(n, h, wd, c, k, r, s, int(pad), int(stride))
-    if problem.p < 1 or problem.q < 1:
-        raise ValueError(f"the {r}x{s} filter is larger than the padded {h}x{wd} input (pad {pad})")
-    if info.cuda_cpp:
-        require_tensor_core_shape(problem)
-    if info.tma_im2col:
-        require_im2col_geometry(problem, step)
+    if why := refusal(step, problem):
+        raise ValueError(why)
     if out is not None:
         check.require_array(out, "out (NPQK output)", dtype=np.float16, shape=problem.y_shape)
     if bias is not None:
