@@ -11,7 +11,7 @@ import pytest
 
 from gpus import A100, H100, RTX_4090, T4
 from kernels.harness import check, cuda_cpp, device, sass
-from kernels.igemm import banks
+from kernels.igemm import banks, problems, registry
 from kernels.igemm import common as ig
 
 CUDA_STEPS = [s.number for s in ig.REGISTRY if s.cuda_cpp]
@@ -300,11 +300,66 @@ def test_first_layer_is_refused_by_the_tensor_core_steps_only():
     x, w = _inputs(ig.FIRST_LAYER)
     assert ig.validate(1, x, w) == ig.FIRST_LAYER
     for step in CUDA_STEPS:
-        with pytest.raises(ValueError, match="C = 3 is not a multiple of 8"):
+        with pytest.raises(ValueError, match="C = 3 is not a multiple of 8.* or use step 1$"):
             ig.validate(step, x, w)
     p = ig.Problem(n=1, h=5, w=5, c=8, k=12)
-    with pytest.raises(ValueError, match="K = 12 output channels"):
-        ig.validate(3, *_inputs(p))
+    x, w = _inputs(p)
+    for step in CUDA_STEPS:
+        with pytest.raises(ValueError, match="K = 12 output channels is not a multiple of 8.* or use step 1$"):
+            ig.validate(step, x, w)
+    assert ig.validate(1, x, w) == p
+
+
+# Layers some steps refuse, each with the constraint its refusal names and the latest step that takes it.
+REFUSED = [
+    (ig.Problem(n=1, h=5, w=5, c=12, k=8), r"C = 12 is not a multiple of 8", 1),
+    (ig.Problem(n=1, h=5, w=5, c=8, k=20), r"K = 20 output channels is not a multiple of 8", 1),
+    (ig.Problem(n=1, h=40, w=40, c=8, k=8, r=1, s=1, pad=0, stride=9), r"im2col stride is at most 8", 9),
+    (ig.Problem(n=1, h=4, w=4, c=8, k=8, pad=129), r"box corners \(-129, 127, 127\) must lie in", 9),
+    (ig.Problem(n=1, h=200, w=4, c=8, k=8, r=131, s=1, pad=0), r"box corners \(0, -130, 0\) must lie in", 9),
+]
+
+
+@pytest.mark.parametrize("problem, constraint, taker", REFUSED, ids=[p.label() for p, _, _ in REFUSED])
+def test_a_refusal_names_the_constraint_and_the_step_that_takes_the_layer(problem, constraint, taker):
+    """Every step past the one named refuses the layer in the same words; that step and all before it take
+    it, and so does their validation."""
+    x, w = zeros(problem.x_shape, np.float16), zeros(problem.w_shape, np.float16)
+    for info in ig.REGISTRY:
+        why = ig.refusal(info.number, problem)
+        if info.number <= taker:
+            assert why is None, why
+            assert ig.validate(info.number, x, w, pad=problem.pad, stride=problem.stride) == problem
+            continue
+        assert re.search(rf"{constraint}.*use step {taker}\b", why), why
+        assert "the tensor-core steps" in why or f"step {info.number}" in why, why  # who refuses
+        with pytest.raises(ValueError, match=re.escape(why)):
+            ig.validate(info.number, x, w, pad=problem.pad, stride=problem.stride)
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"stride": 0}, r"^stride must be >= 1, got 0$"),
+        ({"pad": -1}, r"^pad must be >= 0, got -1$"),
+        ({"n": 0}, r"^n must be >= 1, got 0$"),
+        ({"c": True}, r"^c must be an integer, got True$"),
+        ({"k": 2.5}, r"^k must be an integer, got 2.5$"),
+        ({"h": 1, "w": 1, "pad": 0}, r"^the 3x3 filter is larger than the padded 1x1 input \(pad 0\)$"),
+    ],
+)
+def test_a_problem_no_step_takes_is_refused_when_made(fields, match):
+    """No step takes a stride below 1, a negative padding, an empty tensor or an empty output: the Problem
+    says so itself, so best_step and the model never weigh one."""
+    with pytest.raises(ValueError, match=match):
+        ig.Problem(**{"n": 1, "h": 8, "w": 8, "c": 8, "k": 8, **fields})
+
+
+def test_a_refusal_wants_a_problem():
+    with pytest.raises(TypeError, match="problem: expected a Problem"):
+        ig.refusal(2, (1, 8, 8, 8, 8))
+    with pytest.raises(ValueError, match="step must be one of"):
+        ig.refusal(13, ig.CI_PROBLEM)
 
 
 def test_bad_geometry_and_arguments():
@@ -400,7 +455,7 @@ def test_misaligned_arrays_are_refused_by_the_tensor_core_steps():
 )
 def test_tensors_past_32_bit_indices_are_refused(problem, limit, match, monkeypatch):
     """The CUDA C++ steps index with 32-bit integers: a small limit stands in for 2**31 - 1 elements."""
-    monkeypatch.setattr(ig, "MAX_ELEMENTS", limit)
+    monkeypatch.setattr(problems, "MAX_ELEMENTS", limit)
     x, w = _inputs(problem)
     with pytest.raises(
         ValueError,
@@ -440,22 +495,13 @@ def test_pipeline_depth_is_checked():
             ig.launcher(step, x, w, out, stages=3)
 
 
-@pytest.mark.parametrize("step, gather", [(10, 9), (11, 9), (12, 9)])
-def test_the_im2col_steps_name_what_their_descriptor_cannot_describe(step, gather):
-    """The TMA engine's im2col mode strides by at most 8 and keeps its box corners in [-128, 127]; the
-    last step whose threads gather the input takes both, and the message names it."""
-    assert ig.step_info(step).tma_im2col and not ig.step_info(gather).tma_im2col
-    for problem, match in (
-        (ig.Problem(n=1, h=40, w=40, c=8, k=8, r=1, s=1, pad=0, stride=9), r"im2col stride is at most 8"),
-        (ig.Problem(n=1, h=4, w=4, c=8, k=8, r=3, s=3, pad=129), r"box corners \(-129, 127, 127\) must lie in"),
-        (ig.Problem(n=1, h=200, w=200, c=8, k=8, r=131, s=1, pad=0), r"box corners \(0, -130, 0\) must lie in"),
-    ):
-        x, w = zeros(problem.x_shape, np.float16), zeros(problem.w_shape, np.float16)
-        with pytest.raises(ValueError, match=rf"step {step}\b.*{match}.*use step {gather}\b"):
-            ig.validate(step, x, w, pad=problem.pad, stride=problem.stride)
-        assert ig.validate(gather, x, w, pad=problem.pad, stride=problem.stride) == problem
-    edge = ig.Problem(n=1, h=20, w=20, c=8, k=8, r=3, s=3, pad=128, stride=8)  # the limits themselves pass
+@pytest.mark.parametrize("step", [s.number for s in ig.REGISTRY if s.tma_im2col])
+def test_the_im2col_steps_take_the_limits_of_their_descriptor(step):
+    """The TMA engine's im2col mode strides by at most 8 and keeps its box corners in [-128, 127]
+    (REFUSED has the layers past them): the limits themselves pass."""
+    edge = ig.Problem(n=1, h=20, w=20, c=8, k=8, r=3, s=3, pad=128, stride=8)
     x, w = zeros(edge.x_shape, np.float16), zeros(edge.w_shape, np.float16)
+    assert ig.refusal(step, edge) is None
     assert ig.validate(step, x, w, pad=edge.pad, stride=edge.stride) == edge
 
 
@@ -585,7 +631,7 @@ def test_the_launcher_refuses_a_step_this_gpu_cannot_run(monkeypatch):
 def test_left_out_says_why_once(monkeypatch, capsys):
     monkeypatch.setattr(device, "MODE", device.GPU)
     monkeypatch.setattr(device, "properties", lambda: A100)
-    monkeypatch.setattr(ig, "_SAID", set())
+    monkeypatch.setattr(registry, "_SAID", set())
     assert ig.left_out(6, 3) and ig.left_out(6, 5) and not ig.left_out(5, 4)
     assert capsys.readouterr().out == f"left out on this GPU: {ig.unsupported(6, A100)}\n"
     monkeypatch.setattr(device, "MODE", device.SIM)

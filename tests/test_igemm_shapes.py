@@ -195,8 +195,8 @@ def test_best_step_follows_the_gpu():
 @pytest.mark.parametrize(
     ("problem", "match"),
     [
-        (ig.Problem(n=1, h=8, w=8, c=3, k=16), r"C = 3 is not a multiple of 8.*pad the channels with zeros"),
-        (ig.Problem(n=1, h=8, w=8, c=16, k=12), r"K = 12 output channels is not a multiple of 8.*pad the filters"),
+        (ig.Problem(n=1, h=8, w=8, c=3, k=16), r"C = 3 is not a multiple of 8.*pad the channels .* use step 1$"),
+        (ig.Problem(n=1, h=8, w=8, c=16, k=12), r"K = 12 output channels is not a multiple of 8.*pad the .* step 1$"),
         (ig.Problem(n=2**15, h=128, w=128, c=8, k=8), r"x has 4294967296 elements.*32-bit integers.*split the batch"),
     ],
 )
@@ -208,6 +208,43 @@ def test_best_step_raises_the_steps_errors(problem, match):
         w = np.zeros(problem.w_shape, np.float16)
         with pytest.raises(ValueError, match=match):
             ig.validate(2, x, w)
+
+
+# Layers the TMA engine's im2col mode cannot describe (a stride over 8, box corners past [-128, 127]):
+# steps 10-12 refuse them, step 9's threads gather them.
+GATHERED_ONLY = [
+    ig.Problem(n=1, h=40, w=40, c=8, k=8, r=1, s=1, pad=0, stride=9),
+    ig.Problem(n=64, h=200, w=200, c=64, k=256, r=1, s=1, pad=0, stride=9),
+    ig.Problem(n=2, h=6, w=6, c=64, k=64, pad=129),
+]
+
+
+@pytest.mark.parametrize("problem", GATHERED_ONLY, ids=lambda p: p.label())
+def test_best_step_never_picks_a_step_that_refuses_the_layer(problem):
+    """Not with the stored rates, not where the refusing steps would be by far the cheapest, not without
+    rates: the choice is among the steps that take the layer, and its validation passes."""
+    refusing = {s.number for s in ig.REGISTRY if ig.refusal(s.number, problem)}
+    assert refusing == {s.number for s in ig.REGISTRY if s.tma_im2col}
+    assert not refusing & {v[0] for v in ig.variants(problem, H100)}
+    rates = ig.stored_rates(H100)
+    cheap = {v: r * (1e6 if v[0] in refusing else 1) for v, r in rates.items()}
+    for given in (None, cheap, {}):
+        choice = ig.best_step(problem, H100, given)
+        assert choice.step not in refusing and ig.refusal(choice.step, problem) is None, (given, choice)
+    if problem.c * problem.h * problem.w * problem.n < 2**20:
+        x, w = np.zeros(problem.x_shape, np.float16), np.zeros(problem.w_shape, np.float16)
+        assert ig.validate(choice.step, x, w, pad=problem.pad, stride=problem.stride) == problem
+    with pytest.raises(ValueError, match=r"^steps: .*step 10\b.*; use step 9, whose threads gather it$"):
+        ig.best_step(problem, H100, steps=tuple(sorted(refusing)))
+    assert ig.best_step(problem, H100, steps=(9, *refusing)).step == 9
+
+
+def test_best_step_picks_a_step_that_takes_every_table_layer():
+    for problem in [*SHAPES, *ig.ODD_PROBLEMS, ig.CI_PROBLEM]:
+        for props in (H100, A100, T4):
+            choice = ig.best_step(problem, props)
+            assert ig.refusal(choice.step, problem) is None
+            assert ig.unsupported(choice.step, props, choice.stages, choice.tile[1]) is None
 
 
 def test_best_step_wants_a_problem():

@@ -6,7 +6,7 @@ offer is built and can be timed), and the names of the kernels a plan launches.
 from __future__ import annotations
 
 from ..harness.cudnn_conv import ConvFprop, missing, version  # noqa: F401  (this chapter's one import for cuDNN)
-from .common import Problem
+from .problems import Problem
 
 
 class CudnnConv(ConvFprop):

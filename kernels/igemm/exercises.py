@@ -13,7 +13,7 @@ from kernels.harness import device, results
 from kernels.harness.exercise import Part, Question, register
 
 from . import banks
-from .common import fit_head_tail, k_half
+from .choice import fit_head_tail, k_half
 
 SEEDS = Path(__file__).resolve().parents[2] / "data" / "seeds" / "igemm_v100.csv"
 
