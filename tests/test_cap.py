@@ -15,6 +15,7 @@ from kernels.conv import stages as conv_stages
 from kernels.conv import winograd
 from kernels.harness import cuda_cpp, device
 from kernels.igemm import common as ig
+from kernels.igemm import registry as ig_registry
 from kernels.ssim import common as ssim_common
 from kernels.ssim import cuda_versions
 from kernels.ssim import registry as ssim_registry
@@ -28,7 +29,7 @@ def h100(monkeypatch):
     """A run on the reference H100 (its properties, no CuPy query); returns a function setting BOOK_MAX_CC."""
     monkeypatch.setattr(device, "MODE", device.GPU)
     monkeypatch.setattr(device, "own_properties", lambda: device.REFERENCE_PROPERTIES)
-    monkeypatch.setattr(ig, "_SAID", set())
+    monkeypatch.setattr(ig_registry, "_SAID", set())
 
     def cap(value):
         monkeypatch.setenv("BOOK_MAX_CC", value)
