@@ -157,8 +157,8 @@ def run_latency_sweep(sizes, *, stride: int = 128, steps: int = 8192, l2_only: b
         del buf
         problem = f"{nbytes} B working set, stride {stride}"
         rows += [
-            row(kernel, problem, "latency", cyc, "cycles", bytes=nbytes),
-            row(kernel, problem, "latency ns", ns(cyc), "ns", bytes=nbytes),
+            row(kernel, problem, "latency", cyc, "cycles"),
+            row(kernel, problem, "latency ns", ns(cyc), "ns"),
         ]
     return rows
 
@@ -206,7 +206,7 @@ def run_cache_line(strides=(8, 16, 32, 64, 128, 256, 512), *, steps: int = 4096)
         buf = build_chain(nbytes, stride, "sequential")
         cyc = run_chase(buf, steps=steps, flush=True)
         del buf
-        rows.append(row("chase cold", f"stride {stride} B", "latency", cyc, "cycles", stride=stride))
+        rows.append(row("chase cold", f"stride {stride} B", "latency", cyc, "cycles"))
     return rows
 
 
