@@ -365,3 +365,18 @@ def test_gpu_budget_follows_from_the_measured_reruns():
         longest = int(high or low)
         assert int(budget) == -(-5 * longest // 60), f"{session}: budget {budget} for {longest} s"
         assert int(students) == 90 // int(budget), f"{session}: {students} students for {budget} minutes"
+
+
+@pytest.mark.parametrize("output", ["_config.yml", "_toc.yml", "./book/../_config.yml"])
+def test_the_published_config_never_writes_over_a_committed_file(output, capsys):
+    path = ROOT / output
+    before = path.read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        book_config.main(["https://github.com/someone/labbook", str(path)])
+    assert exit_.value.code == 2 and "is a committed file" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_the_published_config_goes_where_it_is_asked(tmp_path):
+    assert book_config.main(["https://github.com/someone/labbook", str(tmp_path / "out" / "_config.yml")]) == 0
+    assert yaml.safe_load((tmp_path / "out" / "_config.yml").read_text())["repository"]["branch"] == "main"
