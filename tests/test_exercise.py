@@ -503,15 +503,16 @@ QUESTION = exercise.Question(
     label="test-ex-question",
     task="a count, a set of strides and a word",
     parts={
-        "blocks": exercise.Part(lambda: 264, "count the blocks of both waves"),
-        "strides": exercise.Part(lambda: {1, 3, 5}, "write the bank of lane l as (l * s) mod 32"),
-        "bound": exercise.Part(lambda: "memory", "compare the intensity with the ridge point"),
+        "blocks": exercise.Part("count the blocks of both waves"),
+        "strides": exercise.Part("write the bank of lane l as (l * s) mod 32"),
+        "bound": exercise.Part("compare the intensity with the ridge point"),
     },
 )
+EXPECTED = {"blocks": lambda: 264, "strides": lambda: {1, 3, 5}, "bound": lambda: "memory"}
 
 
 def test_a_question_passes_right_answers_within_its_tolerance():
-    report = QUESTION.check({"blocks": 265, "strides": [5, 3, 1], "bound": " Memory"})
+    report = QUESTION.check({"blocks": 265, "strides": [5, 3, 1], "bound": " Memory"}, expected=EXPECTED)
     assert report.ok and report.lines[-1] == "PASS  test-ex-question", str(report)
 
 
@@ -528,7 +529,7 @@ def test_a_question_passes_right_answers_within_its_tolerance():
     ],
 )
 def test_a_question_fails_a_wrong_or_missing_part_and_names_it(answers, words):
-    report = QUESTION.check(answers)
+    report = QUESTION.check(answers, expected=EXPECTED)
     assert not report.ok and words in str(report), str(report)
     assert "264" not in str(report), "the report gave the answer away"
 

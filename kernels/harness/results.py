@@ -27,8 +27,10 @@ import math
 import numbers
 import os
 import re
+import sys
 import warnings
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -252,6 +254,43 @@ def replace_file(path: Path, text: str) -> None:
 
 
 _READ: dict[str, tuple] = {}  # path: (the stat of the bytes parsed, their rows)
+_READING: list[set] = []  # the slugs each open ``reading()`` has seen read
+_AUDITING = False
+
+
+@contextmanager
+def reading():
+    """While it lasts, the set it yields collects the GPU slugs whose stored files are read: through ``read``
+    (a cached parse too) or any file opened under RESULTS or REPOSITORY (a profiler's CSV). The exercises'
+    checker uses it to take answers only from the GPU the page ran on."""
+    global _AUDITING
+    if not _AUDITING:  # once per process; it does nothing outside a reading()
+        sys.addaudithook(_audited)
+        _AUDITING = True
+    found: set = set()
+    _READING.append(found)
+    try:
+        yield found
+    finally:
+        _READING.remove(found)
+
+
+def _audited(event: str, args: tuple) -> None:
+    if event == "open" and _READING and isinstance(args[0], (str, os.PathLike)):
+        _note(args[0])
+
+
+def _note(path) -> None:
+    """Count ``path``'s GPU for every open ``reading()`` if it lies in a GPU's folder of a results root."""
+    if not _READING:
+        return
+    path = os.path.abspath(path)
+    for root in (RESULTS, REPOSITORY):
+        relative = os.path.relpath(path, os.path.abspath(root))
+        parts = Path(relative).parts
+        if len(parts) >= 2 and parts[0] not in ("..", "."):
+            for found in _READING:
+                found.add(parts[0])
 
 
 def read(path: Path) -> list[dict]:
@@ -261,6 +300,7 @@ def read(path: Path) -> list[dict]:
     naming it, as ``record`` cuts it. A file read before and not replaced or changed since is not parsed
     again (the model behind best_step reads the same stored quantities many times); the caller gets its
     own copies of the rows."""
+    _note(path)
     st = Path(path).stat()
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     if _READ.get(str(path), (None,))[0] != stamp:

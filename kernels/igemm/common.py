@@ -383,6 +383,8 @@ def require_problem(problem) -> None:
 def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
     """x and w uniform in [-1, 1), fp16, as ``xp`` arrays."""
     require_problem(problem)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: expected a NumPy Generator, np.random.default_rng(seed), got {type(rng).__name__}")
     x = rng.uniform(-1, 1, problem.x_shape).astype(np.float16)
     w = rng.uniform(-1, 1, problem.w_shape).astype(np.float16)
     return xp.asarray(x), xp.asarray(w)
@@ -401,6 +403,8 @@ def reference(
     Float32 is enough to judge fp16 inputs (its rounding is 2^-24 against fp16's 2^-11) and keeps the
     full problem fast on a GPU; tests on small sizes pass ``dtype=np.float64``.
     """
+    pad = check.nonnegative_int(pad, "pad")
+    stride = check.positive_int(stride, "stride")
     xp = _module(x)
     if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[3] != x.shape[3]:
         raise ValueError(
@@ -917,6 +921,10 @@ def fit_head_tail(ks, ms) -> tuple[float, float]:
 def k_half(head_ms: float, per_k_ms: float) -> float:
     """The K at which the fixed cost equals the main loop: half the asymptotic rate."""
     check.finite_number(per_k_ms, "per_k_ms (the time per unit of K)", positive=True)
+    if isinstance(head_ms, bool) or not isinstance(head_ms, (int, float, np.integer, np.floating)):
+        raise ValueError(f"head_ms (the fixed cost) must be a real number, got {head_ms!r}")
+    if not np.isfinite(head_ms):
+        raise ValueError(f"head_ms (the fixed cost) must be a finite number, got {head_ms!r}")
     return head_ms / per_k_ms
 
 

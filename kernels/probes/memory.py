@@ -414,6 +414,9 @@ def run_bank_conflicts(strides=range(1, 34), *, steps: int = 4096) -> list[dict]
 
 def pad_reference(x: np.ndarray, p: int) -> np.ndarray:
     """Zero padding of the last two axes by ``p``, in float64."""
+    p = check.nonnegative_int(p, "p (padding)")
+    if np.ndim(x) != 4:
+        raise ValueError(f"x: expected a 4-D array (N, C, H, W), got shape {np.shape(x)}")
     return np.pad(np.asarray(x, dtype=np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
 
 
