@@ -13,7 +13,7 @@ from kernels.harness.exercise import answers
 # --- machine-ex-tail: waves of one block per SM ---------------------------------------------------
 
 
-def waves(blocks: int) -> int:
+def block_rounds(blocks: int) -> int:
     """Time of ``blocks`` equal blocks, one per SM at a time, in units of one block's time."""
     return math.ceil(blocks / quantities.sm_count()[0])
 
@@ -21,14 +21,14 @@ def waves(blocks: int) -> int:
 def rate_one_more() -> float:
     """The rate (blocks per unit time) of SM-count + 1 blocks, as a fraction of SM-count blocks'."""
     sms = quantities.sm_count()[0]
-    return ((sms + 1) / waves(sms + 1)) / (sms / waves(sms))
+    return ((sms + 1) / block_rounds(sms + 1)) / (sms / block_rounds(sms))
 
 
 answers(
     "machine-ex-tail",
-    sms_blocks_t=lambda: waves(quantities.sm_count()[0]),
-    one_more_t=lambda: waves(quantities.sm_count()[0] + 1),
-    twice_t=lambda: waves(2 * quantities.sm_count()[0]),
+    sms_blocks_t=lambda: block_rounds(quantities.sm_count()[0]),
+    one_more_t=lambda: block_rounds(quantities.sm_count()[0] + 1),
+    twice_t=lambda: block_rounds(2 * quantities.sm_count()[0]),
     rate_one_more=rate_one_more,
 )
 
