@@ -473,6 +473,15 @@ def test_grading_command(tmp_path, capsys):
     assert "machine-ex-saxpy" in capsys.readouterr().out
 
 
+def test_grading_command_in_grading_mode_gives_no_hints(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text(SUBMISSION.format(bug="").replace("(out.size + 31) // 32", "out.size // 32"))
+    assert exercise.main(["check", "machine-ex-saxpy", "--grading", str(bad)]) == 1
+    text = capsys.readouterr().out
+    assert "output elements were never written" in text and "Likely" not in text
+    assert not exercise._GRADING, "the command left grading mode on"
+
+
 def test_grading_command_names_an_unknown_exercise(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         exercise.main(["check", "nosuch-ex-x", str(tmp_path / "sub.py")])

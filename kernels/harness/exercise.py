@@ -1267,14 +1267,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(exc.args[0])
     if isinstance(ex, Question):
         parser.error(f"{ex.label} asks for answers, not a kernel: students check them in the notebook")
-    if args.grading:
-        set_grading(True)
     verdicts = []
-    with submission.edition() as edition:  # the submissions import kernels/ without its solutions and answers
-        for path in args.files:
-            print(f"== {path}", flush=True)
-            verdicts.append(submission.grade(ex.label, path, args.timeout, kernels_copy=edition))
-            print(verdicts[-1], flush=True)
+    before = _GRADING
+    set_grading(before or args.grading)
+    try:
+        with submission.edition() as edition:  # the submissions import kernels/ without its solutions and answers
+            for path in args.files:
+                print(f"== {path}", flush=True)
+                verdicts.append(submission.grade(ex.label, path, args.timeout, kernels_copy=edition))
+                print(verdicts[-1], flush=True)
+    finally:
+        set_grading(before)
     failed = sum(not v.ok for v in verdicts)
     print()
     print(submission.table(verdicts))

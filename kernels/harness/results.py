@@ -10,7 +10,7 @@ writer of an older version, or a copy cut short) is cut, with a warning naming t
 and what it held, by the next ``record`` and by ``read``.
 
 What ``record`` writes, ``read`` reads back the same: a row has exactly the keys ROW_KEYS, its
-value is a finite real number (not a bool, an array or a string), its other fields one-line strings;
+value is a finite real number (or a string of one; not a bool or an array), its other fields one-line strings;
 a GPU slug and a chapter are plain names (no ``/``, ``..`` or empty name), checked on reading too.
 
 ``BOOK_RESULTS`` may name another folder for this run's rows; a relative one is taken from the
@@ -106,8 +106,10 @@ def finite(value) -> bool:
 
 
 def _number(value) -> bool:
-    """A finite real number that the CSV writes as it reads back: no bool (written 'True'), no array
-    (written '[1.]'), no string."""
+    """A finite real number, or a string of one, as the CSV writes it and reads it back: no bool (written
+    'True'), no array (written '[1.]')."""
+    if isinstance(value, str):
+        return "\n" not in value and "\r" not in value and finite(value)
     real = isinstance(value, numbers.Real) or isinstance(value, (np.integer, np.floating))
     return real and not isinstance(value, (bool, np.bool_)) and math.isfinite(float(value))
 
@@ -129,7 +131,7 @@ def _check_row(row) -> None:
         )
     if not _number(row["value"]):
         raise ValueError(
-            f"value: expected a finite number (int or float, not a bool, an array or a string), "
+            f"value: expected a finite number (an int or a float, or a string of one; not a bool or an array), "
             f"got {row['value']!r} in {row}"
         )
     for key in TEXT_KEYS:
@@ -140,9 +142,8 @@ def _check_row(row) -> None:
 def _check_env(env) -> None:
     if not isinstance(env, dict):
         raise TypeError(f"env: expected a dict like device.environment(), got {type(env).__name__}")
-    missing = sorted({"gpu_slug", *ENV_COLUMNS} - env.keys())
-    if missing:
-        raise ValueError(f"env: lacks {missing}, which every row records (device.environment() gives them all)")
+    if "gpu_slug" not in env:
+        raise ValueError("env: lacks ['gpu_slug'], the folder of the GPU's rows (device.environment() gives it)")
     gpu_slug_name(env["gpu_slug"])
 
 
@@ -170,7 +171,7 @@ def record(chapter: str, rows: Iterable[dict], env: dict | None = None, root: Pa
     folder = gpu_folder(env["gpu_slug"], root)
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=COLUMNS)
-    writer.writerows({**{k: env[k] for k in ENV_COLUMNS}, "chapter": chapter, **row} for row in rows)
+    writer.writerows({**{k: env.get(k, "") for k in ENV_COLUMNS}, "chapter": chapter, **row} for row in rows)
     return _append(folder / f"{chapter}.csv", text.getvalue())
 
 
