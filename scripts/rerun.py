@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 from pathlib import Path
 
 from kernels.harness import device, results
@@ -130,14 +129,7 @@ def execute(notebook: Path, target: Path, lab_run: dict, parameters: dict | None
     executed.metadata["lab_run"] = lab_run
     nbformat.write(executed, staged)
     if target.resolve() != staged.resolve():
-        replacement = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            shutil.copyfile(staged, replacement)
-            with replacement.open("rb") as f:
-                os.fsync(f.fileno())
-            os.replace(replacement, target)
-        finally:
-            replacement.unlink(missing_ok=True)
+        results.replace_file(target, staged.read_text(encoding="utf-8"))  # a temporary file, renamed over it
     return target
 
 

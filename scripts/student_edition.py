@@ -13,7 +13,7 @@ build/student.zip holds the same folder, to hand out. In a notebook it removes
   number, and the formula that gives it, would otherwise stay in the code and its stored outputs.
 
 The exercises stay, with their ``exercise.check(...)`` lines; the other outputs stay too (the reference
-GPU's results). The edition leaves out the teacher-only files (``exercise.TEACHER_ONLY``):
+GPU's results). The edition leaves out the teacher-only files (``submission.TEACHER_ONLY``):
 kernels/<chapter>/solutions.py, the published solutions and wrong kernels of the auto-checked exercises,
 and kernels/<chapter>/answers.py, which computes the questions' expected answers. In their place each
 chapter gets answer_digests.json, salted digests of those answers as the committed run gives them (computed
@@ -123,7 +123,7 @@ def write_edition(out: Path, root: Path = ROOT, salt: str | None = None) -> list
     """Copy ``root``'s tracked files but the teacher-only ones into ``out`` (a fresh folder), every
     notebooks/*.ipynb as its student edition, each chapter's answer digests beside its exercises.py (salted
     with ``salt``, a fresh random one by default); return the notebooks written."""
-    from kernels.harness import exercise
+    from kernels.harness import exercise, submission
 
     if not (root / ".git").exists():  # inside a checkout, git would list the enclosing repository's files
         raise SystemExit(f"{root} is not a git checkout: the student edition copies its tracked files")
@@ -133,7 +133,7 @@ def write_edition(out: Path, root: Path = ROOT, salt: str | None = None) -> list
     notebooks = sorted(root.glob("notebooks/*.ipynb"))
     for name in tracked:
         source = root / name
-        teacher_only = any(fnmatch.fnmatch(name, pattern) for pattern in exercise.TEACHER_ONLY)
+        teacher_only = any(fnmatch.fnmatch(name, pattern) for pattern in submission.TEACHER_ONLY)
         if name and source.is_file() and source not in notebooks and not teacher_only:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, out / name)
@@ -150,7 +150,7 @@ def main() -> int:
     # The digests are the committed book's answers: the simulator's, on the reference GPU's rows, even on a
     # machine with a GPU (set before the harness, imported below, picks the mode).
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    from kernels.harness import exercise
+    from kernels.harness import exercise, submission
 
     shutil.rmtree(OUT, ignore_errors=True)
     notebooks = write_edition(OUT)
@@ -159,7 +159,7 @@ def main() -> int:
         f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
         f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
         "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
-        f"Left out: {', '.join(exercise.TEACHER_ONLY)}, the exercises' published solutions and expected answers "
+        f"Left out: {', '.join(submission.TEACHER_ONLY)}, the exercises' published solutions and expected answers "
         f"(each chapter's {exercise.DIGESTS} checks the answers instead)."
     )
     return 0

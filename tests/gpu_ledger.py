@@ -153,9 +153,14 @@ def record(path: Path, outcomes: dict[str, str], gpu: str, day: str, commit: str
         if f"{REPORTS_FOLDER}/{old.name}" not in named:
             old.unlink()
     of = f" (part {k} of {n})" if part else ""
+    kept = (path.parent / report).exists()
     return (
         f"GPU verdicts: '{result}'{of} for the {len(current)} CUDA C++ sources at their current hashes, in {path}; "
-        f"the run's report in {path.parent / report}"
+        + (
+            f"the run's report in {path.parent / report}"
+            if kept
+            else "every source had passed at these bytes before, so the ledger and its reports stay as they were"
+        )
     )
 
 

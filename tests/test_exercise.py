@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import cuda  # conftest.py imported the harness first: it picks the simulator
 
-from kernels.harness import device, exercise
+from kernels.harness import device, exercise, grading
 
 EXERCISES = exercise.all_exercises()
 SOLUTIONS = exercise.all_solutions()  # none in the student edition: the tests that run them are skipped
@@ -99,7 +99,7 @@ def does_nothing(out):
 
 def test_an_answer_computed_by_host_code_fails(capsys):
     """The right numbers, from NumPy (CuPy on a GPU) instead of a kernel: the notebook's check fails it."""
-    entry, name = exercise._launch_entry()
+    entry, name = grading._launch_entry()
     launch_kernel = getattr(entry, name)
     report = exercise.check("machine-ex-saxpy", lambda out, x, y, a: out.__setitem__(Ellipsis, a * x + y))
     assert not report.ok and "no kernel ran: the output was written by host code" in capsys.readouterr().out
@@ -607,19 +607,19 @@ def test_a_part_may_use_only_earlier_parts():
 
 
 @pytest.fixture
-def grading():
+def grading_mode():
     exercise.set_grading(True)
     yield
     exercise.set_grading(False)
 
 
-def test_grading_mode_withholds_the_hints_of_answers(grading):
+def test_grading_mode_withholds_the_hints_of_answers(grading_mode):
     text = str(CHAIN.check(CHAIN_RIGHT | {"bytes": 8e8}, expected=CHAIN_EXPECTED))
     assert "  bytes: not yet\n" in text and "count every array" not in text
     assert "the first wrong part is bytes" in text
 
 
-def test_grading_mode_withholds_the_hints_of_kernels(grading, rng):
+def test_grading_mode_withholds_the_hints_of_kernels(grading_mode, rng):
     def launch(out, x, y, a):
         saxpy[out.size // 32, 32](out, x, y, a)  # the grid rounded down
 

@@ -307,3 +307,10 @@ def test_a_new_run_drops_the_reports_no_entry_names(passed, tree):
     reports = sorted(p.name for p in (tree / "gpu_reports").iterdir())
     assert first.name not in reports and len(reports) == 1
     assert gpu_ledger.problems(gpu_ledger.load(passed), passed) == []
+
+
+def test_a_run_that_verifies_nothing_new_keeps_no_report(passed, tree):
+    before = passed.read_text()
+    message = gpu_ledger.record(passed, PASSED, "GPU B", "2025-03-03", "c9", tree)
+    assert passed.read_text() == before and "stay as they were" in message
+    assert len(list((tree / "gpu_reports").iterdir())) == 1

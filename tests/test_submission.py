@@ -204,7 +204,7 @@ def test_every_process_a_submission_starts_is_ended_whatever_session_it_asks_for
             """
         )
     )
-    verdict = submission.grade("machine-ex-saxpy", path, timeout=20)
+    verdict = submission.grade(exercise.get("machine-ex-saxpy"), path, timeout=20)
     assert verdict.status == "TIMEOUT", str(verdict)
     *pids, refused = (tmp_path / "pids").read_text().split()
     assert refused == "refused=20", "a submission was let start a session of its own"
@@ -231,7 +231,7 @@ def test_the_fence_refuses_signals_to_the_grader_and_to_every_process(tmp_path):
             """
         )
     )
-    submission.grade("machine-ex-saxpy", path, timeout=60)
+    submission.grade(exercise.get("machine-ex-saxpy"), path, timeout=60)
     assert (tmp_path / "seen").read_text() == "refused refused refused"
 
 

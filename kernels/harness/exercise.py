@@ -23,7 +23,7 @@ notebook's ``{exercise}`` directive: what grading needs, and no answer. The answ
 are computed in ``kernels/<chapter>/answers.py`` (``answers``), from the exercise's data or the stored
 run of the GPU the page ran on (``page_gpu``), never another GPU's; its ``solutions.py`` attaches the
 published solutions and deliberately wrong kernels, for the book's tests. The student edition leaves
-both files out (TEACHER_ONLY): it checks answers against salted digests of the expected values
+both files out (``submission.TEACHER_ONLY``): it checks answers against salted digests of the expected values
 (``answer_digests``), and grades kernels without any solution. A notebook cell (or a teacher grading
 files) then runs::
 
@@ -43,28 +43,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
-import inspect
 import json
 import math
 import os
 import re
 import sys
 from collections.abc import Callable
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import accesses, device, results, submission
-from .check import compare, poison_value, to_host
+from .check import compare, poison_value
 from .cuda_cpp import KERNELS
+from .grading import Outcome, run_case, sentinel_value
 
-# Elements of poison after every array: a kernel overrunning by up to a block of 1024 threads writes
-# (or reads) here instead of into another allocation, where the damage would go unseen.
-GUARD = 1024
-# What the student edition (scripts/student_edition.py) and the grader's copy of kernels/ leave out.
-TEACHER_ONLY = ("kernels/*/solutions.py", "kernels/*/answers.py")
 DIGESTS = "answer_digests.json"  # kernels/<chapter>/: the edition's digests of its questions' answers
 _REGISTRY: dict[str, Exercise | Question] = {}
 _SOLUTIONS: dict[str, Solutions] = {}
@@ -552,73 +546,7 @@ def _check_cases(runner, reference, make_inputs, *, sizes, atol, rtol, out_dtype
     return Report(name, True, lines)
 
 
-# --- running one size ---------------------------------------------------------------------------
-
-
-def _sentinel_value(dtype: np.dtype):
-    """A second poison, finite and unlikely to be computed: an element holding it after the second
-    run was never written (rather than computed as NaN)."""
-    return np.finfo(dtype).min if dtype.kind in "fc" else np.iinfo(dtype).min
-
-
-def _guarded(data: np.ndarray | None, shape, dtype, fill, guard=None):
-    """A device array of ``shape`` that is the head of a buffer with GUARD poisoned elements after it.
-
-    Returns (view, buffer). ``data`` (host) fills the view; without it the view holds ``fill`` too.
-    The guard holds ``guard`` (default: ``fill``).
-    """
-    xp = device.xp()
-    n = int(np.prod(shape))
-    host = np.full(n + GUARD, fill if guard is None else guard, dtype=dtype)
-    host[:n] = fill
-    if data is not None:
-        host[:n] = np.ascontiguousarray(data, dtype=dtype).ravel()
-    buf = xp.asarray(host)
-    return buf[:n].reshape(shape), buf
-
-
-def _synchronize():
-    if device.on_gpu():
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-
-
-def _span(a) -> tuple[int, int] | None:
-    """The bytes [first, end) an array argument covers (NumPy, CuPy, Numba, the simulator's arrays); None for
-    anything else."""
-    a = getattr(a, "_ary", a)  # the simulator's device arrays wrap a NumPy array
-    if isinstance(a, np.generic):  # a scalar has an array interface too
-        return None
-    iface = getattr(a, "__cuda_array_interface__", None) or getattr(a, "__array_interface__", None)
-    if iface is None or not hasattr(a, "nbytes"):
-        return None
-    return iface["data"][0], iface["data"][0] + int(a.nbytes)
-
-
-def _overlap(a: tuple | None, b: tuple) -> bool:
-    return a is not None and a[0] < b[1] and b[0] < a[1]
-
-
-@dataclass
-class Outcome:
-    """What one run of a launch left behind, as data: what the grading process judges, whether the launch ran
-    in it or in a process of its own that sent this back (``submission``).
-
-    ``out`` and ``inputs`` hold the whole guarded buffers after the run (host copies); ``problem`` a sentence
-    for an exception, a returned array or host writes to ``out``; ``threads`` those of the launches that wrote
-    ``out``; ``log`` the accesses counted (the simulator, when recorded); ``input_spans`` the bytes of each
-    array input; ``fed`` whether any kernel launch took an input array; ``handed`` (argument name, host copy)
-    of each launch argument as large as ``out`` that was neither ``out`` nor an input, as the launch began."""
-
-    out: np.ndarray
-    inputs: list
-    problem: str | None = None
-    threads: tuple | None = None
-    log: list | None = None
-    input_spans: list = field(default_factory=list)
-    fed: bool = False
-    handed: list = field(default_factory=list)
+# --- judging one size (the launch runs in grading.run_case) ----------------------------------------------
 
 
 class _InProcess:
@@ -630,209 +558,6 @@ class _InProcess:
 
     def __call__(self, inputs, shape, dtype, fill, record) -> Outcome:
         return run_case(self.launch, inputs, shape, dtype, fill, record, self.device_only)
-
-
-# A launch must fill `out` with a kernel: one that computes the answer with NumPy (or copies it into the
-# CuPy array on a GPU) would otherwise pass. While `launch` runs, every Numba kernel launch is wrapped:
-# a snapshot of `out`'s whole buffer is taken as each launch ends, and compared with the buffer as the
-# next launch starts and as `launch` returns. A difference there was written by something other than a
-# kernel. Comparing snapshots, rather than trying to forbid host writes, works the same for NumPy,
-# CuPy and Numba arrays and for every way of writing (slicing, np.copyto, .set(), copy_to_device).
-# Kernels launched outside Numba (a CuPy RawKernel) are not seen: the exercises ask for @cuda.jit ones.
-# The launches that changed `out` also leave their threads along x, y and z: where the last elements were
-# never written, they tell a grid too small from an index that never reaches the end. And a kernel must
-# compute `out` from the inputs: each launch notes whether it took one, and copies any other argument as
-# large as `out` (an answer computed on the host and handed to a kernel that only copies it shows there).
-
-
-def _launch_entry():
-    """The class and method that every Numba kernel launch goes through in this mode."""
-    if device.on_gpu():
-        from numba.cuda.dispatcher import _LaunchConfiguration  # kernel[grid, block] returns one
-
-        return _LaunchConfiguration, "__call__"
-    from numba.cuda.simulator.kernel import FakeCUDAKernel  # also runs device functions: skipped below
-
-    return FakeCUDAKernel, "__call__"
-
-
-def _threads_of(kernel) -> tuple:
-    """A configured launch's threads along x, y and z (Numba has made its grid and block 3 integers each)."""
-    grid, block = (kernel.griddim, kernel.blockdim) if device.on_gpu() else (kernel.grid_dim, kernel.block_dim)
-    return tuple(g * b for g, b in zip(grid, block, strict=True))
-
-
-def _parameter_names(kernel) -> list[str]:
-    function = getattr(getattr(kernel, "dispatcher", kernel), "py_func", None) or getattr(kernel, "fn", None)
-    try:
-        return list(inspect.signature(function).parameters)
-    except (TypeError, ValueError):
-        return []
-
-
-class _KernelWrites:
-    """Whether anything but a Numba kernel launch wrote ``buf`` while ``watching()``, the threads of the
-    launches that did, whether a launch took an input, and what else as large as ``out`` a launch was handed
-    (see above)."""
-
-    def __init__(self, buf, out, inputs: list):
-        self.buf = buf
-        self.out_span = _span(buf)
-        self.size = int(np.prod(out.shape))
-        self.inputs = [np.array(to_host(x)) for x in inputs]
-        self.input_spans = [[_span(x)] for x in inputs]  # each input's memory, and its copies a launch took
-        self.launches = 0
-        self.host_wrote = False
-        self.fed = False
-        self.handed = []
-        self.kernel_written = []  # the spans of arrays a kernel wrote: intermediates, not handed answers
-        self.writers = []  # (threads along x, y, z) of each launch that changed buf
-        self._depth = 0
-        self._seen = self._snapshot()
-
-    def _snapshot(self) -> np.ndarray:
-        _synchronize()
-        return np.array(to_host(self.buf)).view(np.uint8)  # bytes: NaN equals NaN
-
-    def _check_unchanged(self):
-        self.host_wrote |= not np.array_equal(self._snapshot(), self._seen)
-
-    def _note_arguments(self, kernel, args) -> list:
-        """Note whether this launch takes an input (or a copy of one), and keep what it is handed as large as
-        ``out`` that no kernel wrote before; return those candidates' (span, host copy) to compare after it."""
-        names = _parameter_names(kernel)
-        candidates = []
-        for pos, arg in enumerate(args):
-            span = _span(arg)
-            if span is None or _overlap(span, self.out_span):
-                continue
-            if any(_overlap(span, s) for spans in self.input_spans for s in spans):
-                self.fed = True
-                continue
-            size = int(np.prod(getattr(arg, "shape", ())))
-            if size != self.size and all(x.size != size for x in self.inputs):
-                continue
-            host = np.array(to_host(getattr(arg, "_ary", arg)))
-            for spans, x in zip(self.input_spans, self.inputs, strict=True):
-                if host.shape == x.shape and np.array_equal(host, x, equal_nan=x.dtype.kind in "fc"):
-                    spans.append(span)  # a copy of an input (cuda.to_device(x)) is that input
-                    self.fed = True
-                    break
-            else:
-                if size == self.size and not any(_overlap(span, s) for s in self.kernel_written):
-                    self.handed.append((names[pos] if pos < len(names) else f"argument {pos + 1}", host.copy()))
-                    candidates.append((span, arg, host))
-        return candidates
-
-    def _wrap(self, call):
-        def launch_kernel(kernel, *args, **kwargs):
-            # A device function (the simulator routes those through here too) or a call made while a
-            # kernel runs is part of that kernel.
-            if self._depth or getattr(kernel, "_device", False):
-                return call(kernel, *args, **kwargs)
-            before = self._snapshot()
-            self.host_wrote |= not np.array_equal(before, self._seen)
-            candidates = self._note_arguments(kernel, args)
-            self._depth += 1
-            try:
-                return call(kernel, *args, **kwargs)
-            finally:
-                self._depth -= 1
-                self.launches += 1
-                self._seen = self._snapshot()
-                if not np.array_equal(self._seen, before):
-                    self.writers.append(_threads_of(kernel))
-                for span, arg, host in candidates:  # what a kernel wrote is an intermediate result, not an answer
-                    if not np.array_equal(np.array(to_host(getattr(arg, "_ary", arg))), host, equal_nan=True):
-                        self.kernel_written.append(span)
-
-        return launch_kernel
-
-    @contextmanager
-    def watching(self):
-        cls, name = _launch_entry()
-        call = getattr(cls, name)
-        setattr(cls, name, self._wrap(call))
-        try:
-            yield self
-        finally:
-            setattr(cls, name, call)
-        self._check_unchanged()
-
-    def threads(self) -> tuple | None:
-        """The most threads along x, y and z of the launches that wrote ``buf``; None if none did."""
-        return tuple(max(t) for t in zip(*self.writers, strict=True)) if self.writers else None
-
-    def problem(self) -> str | None:
-        if self.launches == 0:
-            return (
-                "no kernel ran: the output was written by host code"
-                if self.host_wrote
-                else "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written"
-            )
-        if self.host_wrote:
-            return _hinted(
-                "the output was written by host code outside the kernel launches (before, between or after them)",
-                "only a kernel may write `out`",
-                ": ",
-            )
-        return None
-
-
-@contextmanager
-def _recording(record: bool):
-    if record:
-        with accesses.recording() as log:
-            yield log
-    else:
-        yield None
-
-
-def run_case(launch, inputs, want_shape, out_dtype, fill, record=False, device_only=True) -> Outcome:
-    """Run the student's launch once on guarded copies of ``inputs`` (host arrays and scalars), ``out`` of
-    ``want_shape`` and ``out_dtype`` filled with ``fill``; the accesses counted where ``record`` (in the
-    simulator). Whatever the launch raises, ``sys.exit`` included, becomes the outcome's problem."""
-    args, in_bufs, in_views = [], [], []
-    for x in inputs:
-        if isinstance(x, np.ndarray):
-            view, buf = _guarded(x, x.shape, x.dtype, poison_value(x.dtype))
-            args.append(view)
-            in_bufs.append(buf)
-            in_views.append(view)
-        else:
-            args.append(x)
-    # The output's guard holds the finite sentinel, not NaN: an overrun that reads the inputs' NaN
-    # guards writes NaN, which a NaN guard would hide (it did, on the GPU).
-    dtype = np.dtype(out_dtype)
-    out, out_buf = _guarded(None, want_shape, dtype, fill, guard=_sentinel_value(dtype))
-    writes = _KernelWrites(out_buf, out, in_views)
-    problem, log = None, None
-    try:
-        with _recording(record) as log, writes.watching():  # the watch sees the arguments as the launch got them
-            returned = launch(out, *args)
-    except SystemExit as exc:
-        problem = f"`launch` called sys.exit({exc.code!r}): a launch must return once its kernels have run"
-    except Exception as exc:  # noqa: BLE001 -- whatever the student's code raises is explained, not re-raised
-        problem = explain_exception(exc)
-    else:
-        if hasattr(returned, "shape") and returned is not out:
-            problem = _hinted(
-                "`launch` returned an array instead of filling `out`",
-                "the checker grades `out`, which a kernel must write",
-                ": ",
-            )
-        elif device_only:
-            problem = writes.problem()
-    return Outcome(
-        out=np.array(to_host(out_buf), copy=True),
-        inputs=[np.array(to_host(b), copy=True) for b in in_bufs],
-        problem=problem,
-        threads=writes.threads(),
-        log=log,
-        input_spans=writes.input_spans,
-        fed=writes.fed,
-        handed=writes.handed,
-    )
 
 
 def _unfed(outcome: Outcome, inputs, want, atol: float) -> list[str]:
@@ -879,14 +604,14 @@ def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
     outcome = runner(inputs, want.shape, out_dtype, poison_value(out_dtype), record)
     counts = accesses.Counts(outcome.log) if outcome.log is not None else None
     if outcome.problem is not None:
-        return [outcome.problem], counts
+        return [_hinted(*outcome.problem, ": ")], counts
     if device_only and (unfed := _unfed(outcome, inputs, want, atol)):
         return unfed, counts
     problems = _unread(outcome, inputs, counts) if device_only and counts else []
     n = want.size
     tail = outcome.out[n:]
-    if not _all_equal(tail, _sentinel_value(out_dtype)):
-        k = int(np.count_nonzero(~_equal(tail, _sentinel_value(out_dtype))))
+    if not _all_equal(tail, sentinel_value(out_dtype)):
+        k = int(np.count_nonzero(~_equal(tail, sentinel_value(out_dtype))))
         problems.append(
             _hinted(
                 f"the kernel wrote {k} elements outside an array, past the end of `out` (which has {n})",
@@ -925,9 +650,9 @@ def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
     unwritten = None
     if result.n_nonfinite:
         # Run again with a finite second poison: what still holds it was never written at all.
-        again = runner(inputs, want.shape, out_dtype, _sentinel_value(out_dtype), False)
+        again = runner(inputs, want.shape, out_dtype, sentinel_value(out_dtype), False)
         if again.problem is None:
-            unwritten = _equal(again.out[:n].reshape(want.shape), _sentinel_value(out_dtype))
+            unwritten = _equal(again.out[:n].reshape(want.shape), sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
     threads = outcome.threads
     return problems + (
@@ -945,30 +670,6 @@ def _all_equal(a: np.ndarray, value) -> bool:
 
 
 # --- explaining ---------------------------------------------------------------------------------
-
-
-def explain_exception(exc: BaseException) -> str:
-    """One plain sentence for an exception raised by a launch."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    kind = type(exc).__name__
-    if isinstance(exc, IndexError):
-        return _hinted(
-            f"the kernel indexed outside an array ({text})",
-            "a missing bounds check (`if i < n:`) or a wrong index. The simulator stops there; on a GPU the "
-            "same bug is an illegal memory access or silently wrong data",
-            ": ",
-        )
-    if "ILLEGAL_ADDRESS" in text.upper() or "illegal memory access" in text.lower():
-        return _hinted(
-            "the kernel made an illegal memory access: an index outside an array. The CUDA context is now "
-            "unusable: restart the Python kernel",
-            "then run the check in the simulator (NUMBA_ENABLE_CUDASIM=1) or under compute-sanitizer to see "
-            "which index",
-            ", ",
-        )
-    if kind in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError") or "numba" in type(exc).__module__:
-        return f"the kernel does not compile ({kind}): {text}"
-    return f"the launch raised {kind}: {text}"
 
 
 def _describe_where(mask: np.ndarray, unwritten: bool = False, threads: tuple | None = None) -> tuple[str, str]:
@@ -1274,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
         with submission.edition() as edition:  # the submissions import kernels/ without its solutions and answers
             for path in args.files:
                 print(f"== {path}", flush=True)
-                verdicts.append(submission.grade(ex.label, path, args.timeout, kernels_copy=edition))
+                verdicts.append(submission.grade(ex, path, args.timeout, kernels_copy=edition))
                 print(verdicts[-1], flush=True)
     finally:
         set_grading(before)

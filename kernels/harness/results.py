@@ -277,7 +277,7 @@ def reading():
 
 
 def _audited(event: str, args: tuple) -> None:
-    if event == "open" and _READING and isinstance(args[0], (str, os.PathLike)):
+    if _READING and event == "open" and isinstance(args[0], (str, os.PathLike)):  # cheap first: it sees every event
         _note(args[0])
 
 

@@ -37,6 +37,8 @@ import numpy as np
 from . import grading
 from .cuda_cpp import KERNELS
 
+# What the student edition (scripts/student_edition.py) and the submissions' copy of kernels/ leave out.
+TEACHER_ONLY = ("kernels/*/solutions.py", "kernels/*/answers.py")
 TIMEOUT = 120.0  # seconds per file; a published solution takes a few in the simulator
 STDERR_LINES = 8  # of a crashed process, shown under its verdict
 
@@ -61,9 +63,7 @@ class Verdict:
 @contextmanager
 def edition():
     """A temporary folder holding a copy of kernels/ without what the student edition leaves out
-    (``exercise.TEACHER_ONLY``: the solutions and the answers), for submissions to import."""
-    from .exercise import TEACHER_ONLY
-
+    (TEACHER_ONLY: the solutions and the answers), for submissions to import."""
     root = KERNELS.parent
     with tempfile.TemporaryDirectory(prefix="grade-edition-") as tmp:
 
@@ -90,27 +90,24 @@ class _Child:
         request = {"inputs": list(inputs), "shape": tuple(shape), "dtype": np.dtype(dtype).str}
         grading.send(self.requests, request | {"fill": fill, "record": bool(record)}, self.deadline)
         outcome = grading.unpack_outcome(grading.recv(self.outcomes, self.deadline))
-        from .exercise import GUARD
-
         arrays = [x for x in inputs if isinstance(x, np.ndarray)]
-        expected = [(int(np.prod(shape)) + GUARD,)] + [(x.size + GUARD,) for x in arrays]
+        expected = [(int(np.prod(shape)) + grading.GUARD,)] + [(x.size + grading.GUARD,) for x in arrays]
         got = [a.shape for a in (outcome.out, *outcome.inputs)]
         if got != expected or len(outcome.input_spans) != len(arrays):
             raise grading.Malformed(f"buffers of shapes {got} where the launch had {expected}")
         return outcome
 
 
-def grade(label: str, path: Path, timeout: float = TIMEOUT, *, kernels_copy: Path | None = None, rng=None) -> Verdict:
-    """Check the ``launch`` of the file at ``path`` against exercise ``label``, the file running in a process of
-    its own that imports kernels/ from ``kernels_copy`` (a folder from ``edition()``; a fresh one by default)."""
-    from .exercise import Question, get
-
-    ex = get(label)
-    if isinstance(ex, Question):
-        raise TypeError(f"{label} asks for answers, not a kernel: students check them in the notebook")
+def grade(ex, path: Path, timeout: float = TIMEOUT, *, kernels_copy: Path | None = None, rng=None) -> Verdict:
+    """Check the ``launch`` of the file at ``path`` against ``ex`` (an ``exercise.Exercise``: one that asks for
+    a kernel), the file running in a process of its own that imports kernels/ from ``kernels_copy`` (a folder
+    from ``edition()``; a fresh one by default)."""
+    if not callable(getattr(ex, "judge", None)):
+        raise TypeError(f"ex: expected an exercise that asks for a kernel (exercise.get(label)), got {ex!r}")
+    label = ex.label
     if kernels_copy is None:
         with edition() as fresh:
-            return grade(label, path, timeout, kernels_copy=fresh, rng=rng)
+            return grade(ex, path, timeout, kernels_copy=fresh, rng=rng)
     path = Path(path).resolve()
     env = {**os.environ, "PYTHONPATH": str(kernels_copy)}  # kernels/ from the copy only
     requests_read, requests = os.pipe()

@@ -1,7 +1,7 @@
 """The SSIM chapter's published solution and typical wrong kernels, attached to its exercises.
 
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
-The student edition leaves this file out (exercise.TEACHER_ONLY).
+The student edition leaves this file out (submission.TEACHER_ONLY).
 """
 
 import numpy as np
