@@ -1,10 +1,10 @@
 """Grade a submitted file: it runs in a process of its own, and this process, which never runs its code,
 decides the verdict.
 
-``grade(label, path, timeout)`` starts ``python -m kernels.harness.grading`` (``grading.serve``) on the
+``grade(exercise, path, timeout)`` starts ``python -m kernels.harness.grading`` (``grading.serve``) on the
 file, in a copy of kernels/ without its solutions and answers (``edition``: the student edition's kernels),
 with this interpreter and environment (``NUMBA_ENABLE_CUDASIM`` included). The exercise's inputs go to that
-process through a pipe, and what the launch left (``exercise.Outcome``: the output, the inputs, the threads,
+process through a pipe, and what the launch left (``grading.Outcome``: the output, the inputs, the threads,
 what the kernels were handed and, in the simulator, every access) comes back through another; the verdict
 is this process's judgement of it (``exercise.Exercise.judge``), never a verdict the file wrote. The
 submission's process fences itself in before it loads the file (``grading.fence``): it cannot signal this
