@@ -4,13 +4,15 @@
 
 `make book BOOK_REPOSITORY_URL=...` runs this and builds with the result, so the repository's URL is
 one setting and no page links to a repository that does not exist. Without it, _config.yml has no
-repository and no launch button.
+repository and no launch button. The output is never a committed file (_config.yml itself included).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -38,14 +40,35 @@ def published_config(url: str, branch: str = "main", source: Path = ROOT / "_con
     return config
 
 
-def main() -> int:
+def tracked(path: Path, root: Path = ROOT) -> bool:
+    """Whether ``path`` is the committed config or a file git tracks in ``root``."""
+    path = Path(path).resolve()
+    if path == (root / "_config.yml").resolve():
+        return True
+    if not path.is_relative_to(root.resolve()) or not (root / ".git").exists():
+        return False
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "--", str(path)], capture_output=True, text=True, check=False
+    )
+    return bool(listed.stdout.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("url")
     parser.add_argument("output", type=Path)
     parser.add_argument("--branch", default="main")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if tracked(args.output):
+        parser.error(
+            f"output: {args.output} is a committed file, which this would rewrite (losing its comments, with "
+            "absolute extension paths): write the published config elsewhere, e.g. build/_config.yml"
+        )
+    config = yaml.safe_dump(published_config(args.url, args.branch), sort_keys=False)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(yaml.safe_dump(published_config(args.url, args.branch), sort_keys=False))
+    tmp = args.output.with_name(f".{args.output.name}.tmp")
+    tmp.write_text(config)
+    os.replace(tmp, args.output)
     return 0
 
 

@@ -1,8 +1,12 @@
 """Re-execute one chapter on this machine's GPU and print its numbers beside the reference GPU's.
 
     python scripts/rerun.py machine            # executed copy in build/rerun/<gpu>/, committed notebook untouched
-    python scripts/rerun.py machine --update   # maintainers: refresh the committed notebook in place
+    python scripts/rerun.py machine --update   # maintainers: refresh the committed notebook
                                                # (on the reference GPU; elsewhere add --force-update)
+
+Every notebook executes into build/rerun/<gpu>/ first. With --update, the committed notebook is replaced
+by an atomic rename, and only after its run completed without an error: a run that fails leaves it as
+it was, and the failed copy, with its error, in build/rerun/<gpu>/.
 
 The notebook appends its measurements to data/results/<gpu>/<chapter>.csv as it runs (to
 $BOOK_RESULTS/<gpu>/<chapter>.csv if BOOK_RESULTS is set, a relative one taken from the repository
@@ -23,7 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def chapter_notebooks(chapter: str) -> list[Path]:
     """Notebooks whose name, without its leading number, starts with ``chapter`` (02_ssim_worklog -> ssim);
-    a whole notebook name (03_conv) names that page alone."""
+    a whole notebook name (03_conv) names that page alone. An empty name, which every notebook would
+    match, is refused."""
+    if not isinstance(chapter, str) or not chapter.strip():
+        raise SystemExit(f"chapter: expected a chapter's name, such as 'machine', got {chapter!r}")
     if (page := ROOT / "notebooks" / f"{chapter}.ipynb").exists():
         return [page]
     found = [
@@ -76,6 +83,61 @@ def comparison(mine: str, since: str, before: dict) -> list[str]:
     return lines
 
 
+def staging(notebook: Path, lab_run: dict) -> Path:
+    """Where ``notebook`` executes on the GPU ``lab_run`` names: build/rerun/<gpu-slug>/<its name>."""
+    return ROOT / "build" / "rerun" / device.slug(lab_run["gpu"]) / Path(notebook).name
+
+
+def execute(notebook: Path, target: Path, lab_run: dict, parameters: dict | None = None) -> Path:
+    """Execute ``notebook`` (with ``parameters``, by default profile "full") into ``staging(notebook,
+    lab_run)``, mark papermill's injected cell remove-cell and store ``lab_run`` in its metadata; then, if
+    ``target`` is another path (the committed notebook), rename the executed copy over it atomically.
+    Nothing replaces ``target`` unless the run completed with no error output: a failed run raises
+    SystemExit naming the executed copy, and ``target`` stays as it was. Returns ``target``."""
+    import nbformat
+    import papermill
+
+    notebook, target = Path(notebook), Path(target)
+    staged = staging(notebook, lab_run)
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        papermill.execute_notebook(
+            str(notebook),
+            str(staged),
+            parameters={"profile": "full"} if parameters is None else parameters,
+            cwd=str(notebook.parent),
+            kernel_name="python3",
+            progress_bar=False,
+        )
+    except Exception as exc:  # papermill's execution error, a dead kernel, a missing kernel spec
+        why = (str(exc).strip().splitlines() or [""])[-1]
+        raise SystemExit(
+            f"{notebook.name} failed ({type(exc).__name__}: {why}); the executed copy is {_shown(staged)}; "
+            f"{_shown(target)} was left as it was"
+        ) from exc
+    executed = nbformat.read(staged, as_version=4)
+    errors = [i for i, cell in enumerate(executed.cells) for o in cell.get("outputs", []) if o.output_type == "error"]
+    if errors:
+        raise SystemExit(
+            f"{notebook.name}: cell {errors[0]} holds an error output; the executed copy is {_shown(staged)}; "
+            f"{_shown(target)} was left as it was"
+        )
+    for cell in executed.cells:  # papermill's copy of the parameters: the book shows the original only
+        tags = cell.metadata.get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    executed.metadata["lab_run"] = lab_run
+    nbformat.write(executed, staged)
+    if target.resolve() != staged.resolve():
+        results.replace_file(target, staged.read_text(encoding="utf-8"))  # a temporary file, renamed over it
+    return target
+
+
+def _shown(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapter")
@@ -94,9 +156,6 @@ def main() -> int:
             "make rerun needs a CUDA GPU and found none; without one, run `make test` "
             "(the notebooks then run in the CUDA simulator)"
         )
-    import nbformat
-    import papermill
-
     env = device.environment()
     mine, reference = env["gpu_slug"], results.REFERENCE_GPU
     if args.update:
@@ -109,25 +168,11 @@ def main() -> int:
         k: env.get(k)
         for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date", "max_sm_clock_mhz", "max_mem_clock_mhz")
     } | {"software": device.software()}
-    out_dir = ROOT / "build" / "rerun" / mine
-    out_dir.mkdir(parents=True, exist_ok=True)
     for nb in notebooks:
-        target = nb if args.update else out_dir / nb.name
+        staged = staging(nb, lab_run)
+        target = nb if args.update else staged
         print(f"executing {nb.relative_to(ROOT)} on {env['gpu']} -> {target.relative_to(ROOT)}", flush=True)
-        papermill.execute_notebook(
-            str(nb),
-            str(target),
-            parameters={"profile": "full"},
-            cwd=str(nb.parent),
-            kernel_name="python3",
-            progress_bar=False,
-        )
-        executed = nbformat.read(target, as_version=4)
-        for cell in executed.cells:  # papermill's copy of the parameters: the book shows the original only
-            if "injected-parameters" in cell.metadata.get("tags", []) and "remove-cell" not in cell.metadata.tags:
-                cell.metadata.tags.append("remove-cell")
-        executed.metadata["lab_run"] = lab_run
-        nbformat.write(executed, target)
+        execute(nb, target, lab_run)
     print(f"\nThis run on {env['gpu']} vs the reference GPU {reference} (as committed)")
     print("\n".join(comparison(mine, env["date"], before)))
     return 0

@@ -7,14 +7,18 @@ read their stored results from data/), with each notebooks/*.ipynb replaced by i
 build/student.zip holds the same folder, to hand out. In a notebook it removes
 
 - every ``{solution}`` directive of the Markdown (any fence: ```, ```` around nested code, :::);
-- papermill's injected-parameters cell (the chapters tag no other cell as an answer);
+- papermill's injected-parameters cell, and every cell tagged ``exercise-answer`` (ANSWER_TAG): a cell that
+  computes or shows an exercise's answer, source and outputs;
 - the glue values that only a solution quotes, and the statements that compute them: a solution's
   number, and the formula that gives it, would otherwise stay in the code and its stored outputs.
 
 The exercises stay, with their ``exercise.check(...)`` lines; the other outputs stay too (the reference
-GPU's results). The edition leaves out kernels/<chapter>/solutions.py, the published solutions and
-wrong kernels of the auto-checked exercises: the checker grades without them (exercises.py), and the
-tests that run them skip.
+GPU's results). The edition leaves out the teacher-only files (``submission.TEACHER_ONLY``):
+kernels/<chapter>/solutions.py, the published solutions and wrong kernels of the auto-checked exercises,
+and kernels/<chapter>/answers.py, which computes the questions' expected answers. In their place each
+chapter gets answer_digests.json, salted digests of those answers as the committed run gives them (computed
+in the simulator, so on the reference GPU's rows): the checker checks a student's answers against them and
+grades kernels without any solution, and the tests that need the teacher's files skip.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ from __future__ import annotations
 import ast
 import copy
 import fnmatch
+import json
+import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
-
-from kernels.harness.glue import stored
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,8 +44,8 @@ OUT = ROOT / "build" / "student"
 # code inside a ```` fence does not close it.
 SOLUTION = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}.*?^(?P=fence)[ \t]*(?:\n|\Z)", re.M | re.S)
 GLUE_NAME = re.compile(r"\{glue(?::\w+)?\}[` ]\s*([\w-]+)")
-DROPPED_TAGS = {"injected-parameters"}
-LEFT_OUT = "kernels/*/solutions.py"  # tracked files the edition does not copy
+ANSWER_TAG = "exercise-answer"  # a cell that computes or shows an exercise's answer: left out of the edition
+DROPPED_TAGS = {"injected-parameters", ANSWER_TAG}
 
 
 def _glue_pattern(arg: ast.expr) -> re.Pattern | None:
@@ -86,6 +91,8 @@ def _without_glues(source: str, names: set, hidden: set) -> str:
 
 def student_notebook(nb: dict) -> dict:
     """The student edition of notebook ``nb`` (nbformat 4 JSON as a dict); ``nb`` is left as it was."""
+    from kernels.harness.glue import stored
+
     nb = copy.deepcopy(nb)
     markdown = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     solutions = "\n".join(m.group(0) for m in SOLUTION.finditer(markdown))
@@ -112,9 +119,12 @@ def student_notebook(nb: dict) -> dict:
     return nb
 
 
-def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
-    """Copy ``root``'s tracked files but LEFT_OUT into ``out`` (a fresh folder), every notebooks/*.ipynb
-    as its student edition; return the notebooks written."""
+def write_edition(out: Path, root: Path = ROOT, salt: str | None = None) -> list[Path]:
+    """Copy ``root``'s tracked files but the teacher-only ones into ``out`` (a fresh folder), every
+    notebooks/*.ipynb as its student edition, each chapter's answer digests beside its exercises.py (salted
+    with ``salt``, a fresh random one by default); return the notebooks written."""
+    from kernels.harness import exercise, submission
+
     if not (root / ".git").exists():  # inside a checkout, git would list the enclosing repository's files
         raise SystemExit(f"{root} is not a git checkout: the student edition copies its tracked files")
     tracked = subprocess.run(
@@ -123,17 +133,25 @@ def write_edition(out: Path, root: Path = ROOT) -> list[Path]:
     notebooks = sorted(root.glob("notebooks/*.ipynb"))
     for name in tracked:
         source = root / name
-        if name and source.is_file() and source not in notebooks and not fnmatch.fnmatch(name, LEFT_OUT):
+        teacher_only = any(fnmatch.fnmatch(name, pattern) for pattern in submission.TEACHER_ONLY)
+        if name and source.is_file() and source not in notebooks and not teacher_only:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, out / name)
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     for path in notebooks:
         nb = nbformat.from_dict(student_notebook(nbformat.read(path, as_version=4)))
         nbformat.write(nb, out / "notebooks" / path.name)  # validates
+    for chapter, digests in exercise.answer_digests(salt or secrets.token_hex(16)).items():
+        (out / "kernels" / chapter / exercise.DIGESTS).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
     return notebooks
 
 
 def main() -> int:
+    # The digests are the committed book's answers: the simulator's, on the reference GPU's rows, even on a
+    # machine with a GPU (set before the harness, imported below, picks the mode).
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    from kernels.harness import exercise, submission
+
     shutil.rmtree(OUT, ignore_errors=True)
     notebooks = write_edition(OUT)
     archive = shutil.make_archive(str(OUT), "zip", root_dir=OUT.parent, base_dir=OUT.name)
@@ -141,7 +159,8 @@ def main() -> int:
         f"{OUT.relative_to(ROOT)}/: the repository for students, its {len(notebooks)} notebooks without their "
         f"solutions; {Path(archive).relative_to(ROOT)} holds it. Hand out the zip: students unzip it, "
         "`make test` in the folder sets up .venv, then they open notebooks/ (book/teachers.md). "
-        f"Left out: {LEFT_OUT}, the auto-checked exercises' published solutions."
+        f"Left out: {', '.join(submission.TEACHER_ONLY)}, the exercises' published solutions and expected answers "
+        f"(each chapter's {exercise.DIGESTS} checks the answers instead)."
     )
     return 0
 

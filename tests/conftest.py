@@ -23,7 +23,8 @@ def pytest_configure(config):
 
 
 class GpuVerdicts:
-    """Writes the GPU verdict ledger (gpu_ledger.py) at the end of a run through the whole gpu suite."""
+    """Writes the GPU verdict ledger (gpu_ledger.py) and keeps the run's report at the end of a run through
+    the whole gpu suite (or one part of it)."""
 
     RANK = ("passed", "skipped", "failed")  # a test's outcome is the worst of its set-up, call and teardown
 
@@ -73,6 +74,7 @@ class GpuVerdicts:
                 self.outcomes,
                 device.properties()["name"],
                 datetime.date.today().isoformat(),
+                device.environment()["commit"],
                 part=self.part,
             )
 

@@ -17,7 +17,7 @@ import pytest
 
 from kernels.conv import common as conv
 from kernels.conv import cuda_stages, s1_naive, s2_coalescing, s4_shared, s9_autotune, s11_halo_autotune
-from kernels.harness import ceilings, check, cudnn_conv, device, roofline, show, timing
+from kernels.harness import ceilings, check, cudnn_conv, device, results, roofline, show, timing
 from kernels.igemm import banks
 from kernels.igemm import common as ig
 from kernels.igemm import memcheck as ig_memcheck
@@ -494,7 +494,7 @@ CHECKED = [
     ("check.block_shape: zero", lambda: check.block_shape((0,)), ValueError, "block.x must be >= 1"),
     ("check.block_shape: four axes", lambda: check.block_shape((1, 1, 1, 1)), ValueError, "1 to 3 dimensions"),
     ("check.block_shape: a string", lambda: check.block_shape("32"), ValueError, "block.x must be an integer"),
-    ("timing.rates: zero time", lambda: timing.rates(timing.Timing((0.0,))), ValueError, "must be positive"),
+    ("timing.rates: zero time", lambda: timing.rates(timing.Timing((0.0,))), ValueError, "above zero"),
     ("roofline.floor: negative bytes", lambda: roofline.floor(1, -1, gflops=1, gbps=1), ValueError, ">= 0"),
     ("show.source: no such file", lambda: show.source("machine/nope.py"), FileNotFoundError, "no kernel source"),
     ("show.source: no such line", lambda: show.source("machine/fma.py", start="zzz"), ValueError, "no line containing"),
@@ -607,6 +607,118 @@ CHECKED = [
 ]
 
 
+# The second audit: cases that were silent (a wrong number) or obscure (an error from NumPy or deep
+# inside a kernel thread), each now refused with the constraint named.
+IG_TINY = ig.Problem(1, 5, 6, 8, 8)
+SECOND_AUDIT = [
+    (
+        "ssim.run: images far outside [0, 1]",
+        lambda: ssim.run("V2", *(xp.asarray(1000 + 0.01 * a) for a in ssim.test_images((1, 1, 11, 11), seed=0))),
+        ValueError,
+        r"img1 has 121 pixels outside \[0, 1\], the data range SSIM's constants C1 and C2 assume",
+    ),
+    (
+        "conv.s9_autotune.candidates: sms=True",
+        lambda: s9_autotune.candidates(conv.PROBLEMS["tiny"], sms=True),
+        ValueError,
+        "sms must be an integer, got True",
+    ),
+    (
+        "conv.Problem: a negative batch",
+        lambda: conv.Problem("x", -1, 3, 5, 6, 7),
+        ValueError,
+        "Problem 'x': n must be >= 1, got -1",
+    ),
+    ("igemm.k_half: NaN head", lambda: ig.k_half(float("nan"), 1.0), ValueError, "head_ms .* must be a finite number"),
+    (
+        "timing.Timing: a negative time",
+        lambda: timing.Timing((-1.0, 2.0, 3.0)),
+        ValueError,
+        "times_ms: expected finite times above zero",
+    ),
+    ("timing.Timing: zero times", lambda: timing.Timing((0.0, 0.0)), ValueError, "finite times above zero"),
+    ("timing.Timing: a string time", lambda: timing.Timing(("1",)), TypeError, "expected real numbers of milliseconds"),
+    ("timing.Timing: one number", lambda: timing.Timing(5.0), TypeError, "times_ms: expected a sequence of times"),
+    (
+        "machine.copy_kernel: int32 dst, float32 src",
+        lambda: machine_copy.copy_kernel[2, 32](xp.zeros(64, np.int32), xp.ones(64, np.float32)),
+        TypeError,
+        "copy_kernel copies without converting, so both need one dtype; got dst int32 and src float32",
+    ),
+    (
+        "conv.check_stage: a negative height",
+        lambda: conv.check_stage(s1_naive.STAGE, conv.Problem("odd", 1, 3, 5, -4, 7)),
+        ValueError,
+        "Problem 'odd': h must be >= 1, got -4",
+    ),
+    (
+        "conv.check_stage: a fractional batch",
+        lambda: conv.check_stage(s1_naive.STAGE, conv.Problem("odd", 1.5, 3, 5, 4, 7)),
+        ValueError,
+        "Problem 'odd': n must be an integer, got 1.5",
+    ),
+    (
+        "conv.to_layout: a 3-D input",
+        lambda: conv.to_layout(np.zeros((3, 7, 7), np.float32), np.zeros((5, 3, 3, 3), np.float32), "nhwc"),
+        ValueError,
+        r"x_nchw: expected a 4-D array \(N, C, H, W\), got shape \(3, 7, 7\)",
+    ),
+    (
+        "conv.launcher: no output",
+        lambda: conv.launcher(s1_naive.STAGE, *tiny("nchw"), None)(),
+        TypeError,
+        "y: expected the output array the launches write",
+    ),
+    (
+        "igemm.random_inputs: no rng",
+        lambda: ig.random_inputs(IG_TINY, None),
+        TypeError,
+        "rng: expected a NumPy Generator",
+    ),
+    (
+        "igemm.reference: negative padding",
+        lambda: ig.reference(*ig.random_inputs(IG_TINY, np.random.default_rng(0)), pad=-1),
+        ValueError,
+        "pad must be >= 0, got -1",
+    ),
+    (
+        "probes.memory.pad_reference: negative padding",
+        lambda: memory.pad_reference(np.zeros((1, 1, 3, 3)), -1),
+        ValueError,
+        r"p \(padding\) must be >= 0, got -1",
+    ),
+    (
+        "ssim.test_images: a negative seed",
+        lambda: ssim.test_images((1, 1, 11, 11), seed=-1),
+        ValueError,
+        "seed .* must be >= 0, got -1",
+    ),
+    ("ssim.mean: a list", lambda: ssim.mean([[1.0]]), TypeError, "ssim_map: expected a NumPy or CuPy array"),
+    (
+        "results.record: one row, not a list",
+        lambda: results.record("machine", {"kernel": "k", "problem": "p", "metric": "m", "value": 1.0, "unit": "u"}),
+        TypeError,
+        r"rows: expected a list of rows, got one row \(a dict\)",
+    ),
+    (
+        "results.record: an env without gpu_slug",
+        lambda: results.record(
+            "machine",
+            [{"kernel": "k", "problem": "p", "metric": "m", "value": 1.0, "unit": "u"}],
+            env=dict.fromkeys(results.ENV_COLUMNS, ""),
+        ),
+        ValueError,
+        r"env: lacks \['gpu_slug'\]",
+    ),
+    (
+        "results.measured_or_stored: kernels=None",
+        lambda: results.measured_or_stored("machine", list, kernels=None),
+        TypeError,
+        "kernels: expected a kernel's name or a tuple of names, got None",
+    ),
+]
+
+
 def _params(table):
     return [case if hasattr(case, "values") else pytest.param(*case) for case in table]
 
@@ -617,6 +729,12 @@ def _ids(table):
 
 @pytest.mark.parametrize("name, call, error, match", _params(FIXED), ids=_ids(FIXED))
 def test_fixed_case_names_the_constraint(name, call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.parametrize("name, call, error, match", _params(SECOND_AUDIT), ids=_ids(SECOND_AUDIT))
+def test_second_audit_case_names_the_constraint(name, call, error, match):
     with pytest.raises(error, match=match):
         call()
 
@@ -682,3 +800,11 @@ def test_modules_run_without_a_gpu_exit_nonzero_with_one_line(module):
 def test_entry_points_refuse_unknown_arguments_first(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_an_in_process_check_whose_launch_calls_sys_exit_reports_it(capsys):
+    """The second audit's last case: the notebook's own check, not a batch, and a launch that calls sys.exit."""
+    from kernels.harness import exercise
+
+    report = exercise.check("machine-ex-saxpy", lambda out, x, y, a: sys.exit(0))
+    assert not report.ok and "`launch` called sys.exit(0): a launch must return" in capsys.readouterr().out

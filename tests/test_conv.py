@@ -277,8 +277,8 @@ def test_autotune_candidates_use_the_gpus_sm_count(monkeypatch):
     monkeypatch.setattr(device, "on_gpu", lambda: True)
     monkeypatch.setattr(device, "properties", lambda: T4)  # 40 SMs
     assert splits() == {1}
-    for bad in (0, 1.5, "132"):
-        with pytest.raises(ValueError, match="sms must be a positive integer"):
+    for bad in (0, 1.5, "132", True):
+        with pytest.raises(ValueError, match="sms must be (an integer|>= 1)"):
             s9_autotune.candidates(p, bad)
 
 

@@ -447,3 +447,18 @@ def test_the_implicit_gemm_session_covers_every_step():
     linked = {anchor for target, anchor in SECTION_LINK.findall(session) if target.endswith("05_implicit_gemm.ipynb")}
     steps = {int(m.group(1)) for a in linked if (m := re.match(r"step-(\d+)-", a))}
     assert steps == {s.number for s in ig.REGISTRY}, f"session 9 links steps {sorted(steps)}"
+
+
+@pytest.mark.parametrize("output", ["_config.yml", "_toc.yml", "./book/../_config.yml"])
+def test_the_published_config_never_writes_over_a_committed_file(output, capsys):
+    path = ROOT / output
+    before = path.read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        book_config.main(["https://github.com/someone/labbook", str(path)])
+    assert exit_.value.code == 2 and "is a committed file" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_the_published_config_goes_where_it_is_asked(tmp_path):
+    assert book_config.main(["https://github.com/someone/labbook", str(tmp_path / "out" / "_config.yml")]) == 0
+    assert yaml.safe_load((tmp_path / "out" / "_config.yml").read_text())["repository"]["branch"] == "main"

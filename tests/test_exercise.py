@@ -1,10 +1,13 @@
 """The exercise checker: published solutions pass, deliberately wrong kernels fail, and the words say why."""
 
+import json
+import sys
+
 import numpy as np
 import pytest
 from numba import cuda  # conftest.py imported the harness first: it picks the simulator
 
-from kernels.harness import device, exercise
+from kernels.harness import device, exercise, grading
 
 EXERCISES = exercise.all_exercises()
 SOLUTIONS = exercise.all_solutions()  # none in the student edition: the tests that run them are skipped
@@ -96,7 +99,7 @@ def does_nothing(out):
 
 def test_an_answer_computed_by_host_code_fails(capsys):
     """The right numbers, from NumPy (CuPy on a GPU) instead of a kernel: the notebook's check fails it."""
-    entry, name = exercise._launch_entry()
+    entry, name = grading._launch_entry()
     launch_kernel = getattr(entry, name)
     report = exercise.check("machine-ex-saxpy", lambda out, x, y, a: out.__setitem__(Ellipsis, a * x + y))
     assert not report.ok and "no kernel ran: the output was written by host code" in capsys.readouterr().out
@@ -470,6 +473,15 @@ def test_grading_command(tmp_path, capsys):
     assert "machine-ex-saxpy" in capsys.readouterr().out
 
 
+def test_grading_command_in_grading_mode_gives_no_hints(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text(SUBMISSION.format(bug="").replace("(out.size + 31) // 32", "out.size // 32"))
+    assert exercise.main(["check", "machine-ex-saxpy", "--grading", str(bad)]) == 1
+    text = capsys.readouterr().out
+    assert "output elements were never written" in text and "Likely" not in text
+    assert not exercise._GRADING, "the command left grading mode on"
+
+
 def test_grading_command_names_an_unknown_exercise(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         exercise.main(["check", "nosuch-ex-x", str(tmp_path / "sub.py")])
@@ -503,15 +515,16 @@ QUESTION = exercise.Question(
     label="test-ex-question",
     task="a count, a set of strides and a word",
     parts={
-        "blocks": exercise.Part(lambda: 264, "count the blocks of both waves"),
-        "strides": exercise.Part(lambda: {1, 3, 5}, "write the bank of lane l as (l * s) mod 32"),
-        "bound": exercise.Part(lambda: "memory", "compare the intensity with the ridge point"),
+        "blocks": exercise.Part("count the blocks of both waves"),
+        "strides": exercise.Part("write the bank of lane l as (l * s) mod 32"),
+        "bound": exercise.Part("compare the intensity with the ridge point"),
     },
 )
+EXPECTED = {"blocks": lambda: 264, "strides": lambda: {1, 3, 5}, "bound": lambda: "memory"}
 
 
 def test_a_question_passes_right_answers_within_its_tolerance():
-    report = QUESTION.check({"blocks": 265, "strides": [5, 3, 1], "bound": " Memory"})
+    report = QUESTION.check({"blocks": 265, "strides": [5, 3, 1], "bound": " Memory"}, expected=EXPECTED)
     assert report.ok and report.lines[-1] == "PASS  test-ex-question", str(report)
 
 
@@ -528,7 +541,7 @@ def test_a_question_passes_right_answers_within_its_tolerance():
     ],
 )
 def test_a_question_fails_a_wrong_or_missing_part_and_names_it(answers, words):
-    report = QUESTION.check(answers)
+    report = QUESTION.check(answers, expected=EXPECTED)
     assert not report.ok and words in str(report), str(report)
     assert "264" not in str(report), "the report gave the answer away"
 
@@ -542,3 +555,275 @@ def test_a_question_refuses_an_unknown_part_and_the_wrong_entry_point():
         exercise.check(QUESTION, lambda out: None)
     with pytest.raises(TypeError, match="asks for a kernel"):
         exercise.answer("machine-ex-saxpy", value=1)
+
+
+# --- feedback: the first wrong part, the answers that follow from it, and a mode without hints ---------------
+
+CHAIN = exercise.Question(
+    label="test-ex-chain",
+    task="flops, bytes, their ratio, a word",
+    parts={
+        "flops": exercise.Part("count the multiplies and adds"),
+        "bytes": exercise.Part("count every array read and written"),
+        "intensity": exercise.Part("FLOPs over bytes", uses=("flops", "bytes")),
+        "floor_ms": exercise.Part("bytes over the copy rate", uses=("bytes",)),
+        "bound": exercise.Part("the larger time", uses=("intensity",)),
+    },
+)
+CHAIN_EXPECTED = {
+    "flops": lambda: 2e8,
+    "bytes": lambda: 1.2e9,
+    "intensity": lambda: 1 / 6,
+    "floor_ms": lambda: 0.4,
+    "bound": lambda: "memory",
+}
+CHAIN_RIGHT = {"flops": 2e8, "bytes": 1.2e9, "intensity": 1 / 6, "floor_ms": 0.4, "bound": "memory"}
+
+
+def test_feedback_names_the_first_wrong_part_and_what_follows_from_it():
+    answers = CHAIN_RIGHT | {"bytes": 8e8, "intensity": 0.25, "floor_ms": 0.27}
+    lines = CHAIN.check(answers, expected=CHAIN_EXPECTED).lines
+    assert lines == [
+        "  flops: right",
+        "  bytes: not yet. count every array read and written",
+        "  intensity: not yet (it follows from bytes)",
+        "  floor_ms: not yet (it follows from bytes)",
+        "  bound: right",
+        "FAIL  test-ex-chain: the first wrong part is bytes; intensity, floor_ms and bound follow from it",
+    ]
+    assert CHAIN.check(CHAIN_RIGHT, expected=CHAIN_EXPECTED).lines[-1] == "PASS  test-ex-chain"
+
+
+def test_a_part_that_follows_from_no_wrong_one_keeps_its_hint():
+    lines = CHAIN.check(CHAIN_RIGHT | {"flops": 3e8, "floor_ms": 9.0}, expected=CHAIN_EXPECTED).lines
+    assert "  floor_ms: not yet. bytes over the copy rate" in lines
+    assert lines[-1] == "FAIL  test-ex-chain: the first wrong part is flops; intensity and bound follow from it"
+
+
+def test_a_part_may_use_only_earlier_parts():
+    bad = exercise.Question("test-ex-bad", "t", {"a": exercise.Part("h", uses=("b",)), "b": exercise.Part("h")})
+    with pytest.raises(ValueError, match=r"part a may use only earlier parts \[\]"):
+        exercise.register(bad)
+
+
+@pytest.fixture
+def grading_mode():
+    exercise.set_grading(True)
+    yield
+    exercise.set_grading(False)
+
+
+def test_grading_mode_withholds_the_hints_of_answers(grading_mode):
+    text = str(CHAIN.check(CHAIN_RIGHT | {"bytes": 8e8}, expected=CHAIN_EXPECTED))
+    assert "  bytes: not yet\n" in text and "count every array" not in text
+    assert "the first wrong part is bytes" in text
+
+
+def test_grading_mode_withholds_the_hints_of_kernels(grading_mode, rng):
+    def launch(out, x, y, a):
+        saxpy[out.size // 32, 32](out, x, y, a)  # the grid rounded down
+
+    text = str(exercise.get("machine-ex-saxpy").check(launch, rng=rng))
+    assert "1 of 257 output elements were never written (they still hold the poison): the last element" in text
+    assert "Likely" not in text and "round the block count up" not in text
+
+
+def test_grading_mode_keeps_what_the_accesses_show_and_drops_the_advice():
+    advice = (
+        "uncoalesced global access: the reads of `x` need 4.0 sectors of 32 bytes per warp access where 1.0 would "
+        "do (4.0 times the minimum); consecutive lanes touch addresses 128 bytes apart. Let threadIdx.x run along"
+    )
+    exercise.set_grading(True)
+    try:
+        assert exercise._observation(advice).endswith("consecutive lanes touch addresses 128 bytes apart")
+    finally:
+        exercise.set_grading(False)
+    assert exercise._observation(advice) == advice
+
+
+# --- a launch that copies an answer made on the host, or stops the process ------------------------------------
+
+
+@cuda.jit
+def copy_into(out, src):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = src[i]
+
+
+@cuda.jit
+def copy_reading_inputs(out, x, y, answer):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = answer[i] + 0 * x[i] * y[i]
+
+
+@cuda.jit
+def saxpy_ignoring_y(out, x, y, a):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i]
+
+
+@pytest.mark.parametrize(
+    "launch, words",
+    [
+        (lambda out, x, y, a: copy_into[(out.size + 31) // 32, 32](out, a * x + y), "no kernel launch took an input"),
+        (
+            lambda out, x, y, a: copy_reading_inputs[(out.size + 31) // 32, 32](out, x, y, a * x + y),
+            "a kernel was handed the answer: its argument `answer` held the expected output",
+        ),
+    ],
+    ids=["copies the answer", "reads the inputs, copies the answer"],
+)
+def test_a_kernel_that_copies_an_answer_made_on_the_host_fails(launch, words, rng):
+    report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
+    assert not report.ok and words in str(report), str(report)
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="the accesses are counted in the simulator")
+def test_an_input_no_kernel_reads_is_named(rng):
+    report = exercise.get("machine-ex-saxpy").check(
+        lambda out, x, y, a: saxpy_ignoring_y[(out.size + 31) // 32, 32](out, x, y, a), rng=rng
+    )
+    assert "no kernel read input argument 2 (of shape (257,))" in str(report), str(report)
+
+
+def test_inputs_copied_to_the_device_first_still_count_as_the_inputs(rng):
+    def launch(out, x, y, a):
+        saxpy[(out.size + 31) // 32, 32](out, cuda.to_device(check_host(x)), cuda.to_device(check_host(y)), a)
+
+    report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
+    assert report.ok, str(report)
+
+
+def check_host(x):
+    if device.on_gpu():
+        pytest.skip("on a GPU the inputs are CuPy arrays: cuda.to_device takes host arrays")
+    return x
+
+
+def test_an_intermediate_a_kernel_wrote_is_not_a_handed_answer(rng):
+    def launch(out, x, y, a):
+        tmp = cuda.device_array(out.shape, np.float32)
+        saxpy[(out.size + 31) // 32, 32](tmp, x, y, a)
+        copy_into[(out.size + 31) // 32, 32](out, tmp)
+
+    assert exercise.get("machine-ex-saxpy").check(launch, rng=rng).ok
+
+
+@pytest.mark.parametrize("code", [0, 3, "stop"])
+def test_a_launch_that_calls_sys_exit_gets_a_verdict_not_an_exit(code, rng):
+    def launch(out, x, y, a):
+        sys.exit(code)
+
+    report = exercise.get("machine-ex-saxpy").check(launch, rng=rng)
+    assert not report.ok and f"`launch` called sys.exit({code!r})" in str(report)
+
+
+def test_a_report_shows_no_repr_under_the_printed_one():
+    assert exercise.Report("x", True, ["PASS  x"])._ipython_display_() is None
+
+
+# --- expected answers: from the page's GPU only, or from the edition's digests --------------------------------
+
+
+def test_an_answer_from_another_gpu_s_rows_is_refused(monkeypatch):
+    monkeypatch.setattr(exercise, "page_gpu", lambda: "nvidia-other-gpu")
+    floor = exercise.get("machine-ex-floor")
+    if exercise._teacher_answers(floor.label) is None:
+        pytest.skip("the student edition has no answers.py")
+    with pytest.raises(LookupError, match="this page ran on nvidia-other-gpu, but its expected answers would come"):
+        floor.check(dict.fromkeys(floor.parts, 1.0))
+    sms = exercise.Question("test-ex-pure", "t", {"n": exercise.Part("h")})
+    assert sms.check({"n": 2}, expected={"n": lambda: 2}).ok  # an answer that reads no GPU's rows
+
+
+def test_reading_names_the_gpus_whose_rows_were_read(tmp_path, monkeypatch):
+    from kernels.harness import results
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    (tmp_path / "gpu-a").mkdir()
+    (tmp_path / "gpu-a" / "conv_ncu.csv").write_text("x\n1\n")
+    with results.reading() as read:
+        (tmp_path / "gpu-a" / "conv_ncu.csv").read_text()  # a profiler's dump, read directly
+        results.load("machine", results.REFERENCE_GPU)
+    assert read == {"gpu-a", results.REFERENCE_GPU}
+
+
+DIGEST_Q = exercise.Question(
+    "test-ex-digest",
+    "t",
+    {
+        "rate": exercise.Part("h", rtol=0.05),
+        "count": exercise.Part("h", rtol=0),
+        "word": exercise.Part("h"),
+        "set": exercise.Part("h", rtol=0),
+        "negative": exercise.Part("h"),
+    },
+)
+DIGEST_VALUES = {"rate": 3024.5, "count": 132, "word": "memory", "set": {1, 3, 5}, "negative": -0.25}
+
+
+@pytest.fixture
+def digests(tmp_path, monkeypatch):
+    """An edition's digests of DIGEST_Q's answers, where the checker looks for them."""
+    parts = {n: exercise._digest_of(v, DIGEST_Q.parts[n].rtol, "salt", DIGEST_Q, n) for n, v in DIGEST_VALUES.items()}
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / exercise.DIGESTS).write_text(
+        json.dumps({DIGEST_Q.label: {"gpu": None, "salt": "salt", "parts": parts}})
+    )
+    monkeypatch.setattr(exercise, "KERNELS", tmp_path)
+    return tmp_path / "test" / exercise.DIGESTS
+
+
+@pytest.mark.parametrize(
+    "part, given, right",
+    [
+        ("rate", 3024.5, True),
+        ("rate", 3024.5 * 1.037, True),  # within three quarters of the tolerance: always accepted
+        ("rate", 3024.5 * 0.963, True),
+        ("rate", 3024.5 * 1.06, False),
+        ("rate", -3024.5, False),
+        ("rate", "3024.5", False),
+        ("rate", True, False),
+        ("count", 132, True),
+        ("count", 132.0, True),
+        ("count", 133, False),
+        ("word", " Memory", True),
+        ("word", "compute", False),
+        ("set", [5, 3, 1], True),
+        ("set", {1, 3}, False),
+        ("set", {1, 3, 5, 7}, False),
+        ("set", "135", False),
+        ("negative", -0.251, True),
+        ("negative", 0.25, False),
+    ],
+)
+def test_digests_check_an_answer_as_the_expected_value_does(digests, part, given, right):
+    answers = dict(DIGEST_VALUES) | {part: given}
+    report = DIGEST_Q.check(answers)
+    assert (f"  {part}: right" in report.lines) == right, str(report)
+    live = DIGEST_Q.check(answers, expected={n: (lambda v=v: v) for n, v in DIGEST_VALUES.items()})
+    assert live.ok == right, "the digests and the expected value disagree"
+
+
+def test_digests_of_another_gpu_s_run_are_not_used(digests):
+    stored = json.loads(digests.read_text())
+    stored[DIGEST_Q.label]["gpu"] = "nvidia-other-gpu"
+    digests.write_text(json.dumps(stored))
+    with pytest.raises(
+        LookupError, match="come from the run of nvidia-other-gpu; this page ran on .*hand your answers"
+    ):
+        DIGEST_Q.check(DIGEST_VALUES)
+
+
+def test_every_question_has_its_answers_and_exercises_py_computes_none():
+    questions = [q for q in EXERCISES if isinstance(q, exercise.Question)]
+    assert questions
+    for q in questions:
+        assert all(isinstance(p.hint, str) for p in q.parts.values())
+        if (exercise.KERNELS / q.label.split("-ex-")[0] / "answers.py").is_file():
+            assert set(exercise._teacher_answers(q.label)) == set(q.parts)
+    for path in exercise.KERNELS.glob("*/exercises.py"):
+        assert "answers(" not in path.read_text(), f"{path}: expected answers belong in answers.py"

@@ -2,9 +2,14 @@ import csv
 import math
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import time
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kernels.harness import device, results
@@ -145,27 +150,74 @@ def test_concurrent_appends_write_one_header_and_every_row(tmp_path):
         assert sorted(float(r["value"]) for r in results.read(path)) == expected
 
 
-def test_an_append_after_a_killed_writer_is_not_glued_to_its_partial_line(tmp_path):
+WRITER = """
+import sys
+from pathlib import Path
+
+from kernels.harness import results
+
+root, batch, env = Path(sys.argv[1]), int(sys.argv[2]), eval(sys.argv[3])
+for first in range(0, 10**9, batch):
+    rows = [{"kernel": "k", "problem": "p", "metric": "GB/s", "value": first + i, "unit": "GB/s"} for i in range(batch)]
+    results.record("machine", rows, env=env, root=root)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_writer_killed_mid_batch_leaves_whole_batches_and_the_next_writer_goes_on(tmp_path):
+    """A process recording batches of 20,000 rows is SIGKILLed while it writes: the file holds whole
+    batches only, reads without a warning, and the next record appends to it."""
+    batch, folder = 20_000, tmp_path / "test-gpu"
+    path, mid_write = folder / "machine.csv", 0
+    for trial in range(4):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), str(batch), repr(ENV)],
+            env={**os.environ, "PYTHONPATH": str(results.ROOT)},
+        )
+        size = path.stat().st_size if path.exists() else 0
+        deadline = time.time() + 120
+        while time.time() < deadline and writer.poll() is None:  # one batch in, the next one being written
+            if path.exists() and path.stat().st_size > size and list(folder.glob(".machine.csv.*.tmp")):
+                time.sleep(0.002 * trial)
+                break
+            time.sleep(0.0005)
+        mid_write += bool(list(folder.glob(".machine.csv.*.tmp")))
+        writer.send_signal(signal.SIGKILL)
+        assert writer.wait(30) == -signal.SIGKILL
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no torn line to warn about
+            values = [int(float(r["value"])) for r in results.read(path)] if path.exists() else []
+        assert len(values) % batch == 0 and len(values) > trial * batch
+        starts = range(0, len(values), batch)
+        assert all(values[i : i + batch] == list(range(values[i], values[i] + batch)) for i in starts)
+    assert mid_write, "no trial killed the writer while it wrote a batch"
+    results.record("machine", [row(1.5)], env=ENV, root=tmp_path)
+    assert results.read(path)[-1]["value"] == "1.5"
+    assert not list(folder.glob(".machine.csv.*.tmp")), "the killed writers' temporary files were left"
+
+
+def test_a_torn_last_line_is_cut_with_a_warning_by_read_and_by_record(tmp_path):
     path = results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
-    partial = "2026-11-21T00:00:00Z,abc,Test GPU,1.0"  # a writer killed mid-row: no newline
+    partial = "2026-11-21T00:00:00Z,abc,Test GPU,1.0"  # what a writer of an older version left when killed
     with path.open("a") as f:
         f.write(partial)
-    with pytest.raises(ValueError, match=r"machine\.csv, line 3: the last line has no newline"):
-        results.read(path)
-    results.record("machine", [row(2.0)], env=ENV, root=tmp_path)
-    lines = path.read_text().splitlines()
-    assert lines[2] == partial
-    assert next(csv.reader(lines[3:])) == [
-        *(str(ENV[k]) for k in results.ENV_COLUMNS),
-        "machine",
-        "k",
-        "p",
-        "GB/s",
-        "2.0",
-        "GB/s",
-    ]
-    with pytest.raises(ValueError, match=r"machine\.csv, line 3: expected 13 fields, got 4"):
-        results.load("machine", "test-gpu", root=tmp_path)
+    with pytest.warns(UserWarning, match=r"machine\.csv, line 3: the last line has no newline .*left out: '2026-11-21"):
+        assert [r["value"] for r in results.read(path)] == ["1.0"]
+    with pytest.warns(UserWarning, match=r"machine\.csv, line 3: the last line has no newline"):
+        results.record("machine", [row(2.0)], env=ENV, root=tmp_path)
+    assert len(path.read_bytes().splitlines()) == 3  # the header and two whole rows
+    assert [r["value"] for r in results.load("machine", "test-gpu", root=tmp_path)] == ["1.0", "2.0"]
+
+
+def test_a_torn_header_is_cut_and_the_file_starts_again(tmp_path):
+    path = tmp_path / "test-gpu" / "machine.csv"
+    path.parent.mkdir()
+    path.write_text("date,commit,gp")
+    with pytest.warns(UserWarning, match="line 1: the last line has no newline"):
+        assert results.read(path) == []
+    with pytest.warns(UserWarning, match="line 1"):
+        results.record("machine", [row(3.0)], env=ENV, root=tmp_path)
+    assert [r["value"] for r in results.read(path)] == ["3.0"]
 
 
 def test_record_refuses_a_file_of_an_older_header_and_leaves_it_as_it_was(tmp_path):
@@ -272,3 +324,93 @@ def test_replace_file_keeps_the_old_file_when_the_new_one_cannot_be_written(tmp_
     results.replace_file(path, "version,metric,value\nV1,x,2\n")
     assert path.read_text() == "version,metric,value\nV1,x,2\n"
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+# --- what record writes, read reads back ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [True, np.bool_(False), np.array([1.0]), np.array(1.0), [1.0], "fast", "1.0\n", 1 + 2j],
+    ids=["True", "np.bool_", "array", "0-d array", "list", "word", "two lines", "complex"],
+)
+def test_record_refuses_a_value_it_could_not_read_back(tmp_path, value):
+    with pytest.raises(ValueError, match="value: expected a finite number .*not a bool or an array"):
+        results.record("machine", [row(1.0), row(value)], env=ENV, root=tmp_path)
+    assert not any(tmp_path.rglob("*.csv"))
+
+
+@pytest.mark.parametrize("value", [3, np.float32(2.5), np.int64(7), 1e-30, "90"])
+def test_record_takes_numbers_and_reads_them_back(tmp_path, value):
+    path = results.record("machine", [row(value)], env=ENV, root=tmp_path)
+    assert float(results.read(path)[0]["value"]) == pytest.approx(float(value))
+
+
+def test_record_refuses_a_key_it_has_no_column_for(tmp_path):
+    with pytest.raises(ValueError, match=r"keys the file has no column for, \['blocks'\]: they would be lost"):
+        results.record("machine", [row(1.0) | {"blocks": 4}], env=ENV, root=tmp_path)
+    assert not any(tmp_path.rglob("*.csv"))
+
+
+@pytest.mark.parametrize("key, bad", [("kernel", None), ("problem", 5), ("metric", "GB/s\nextra"), ("unit", b"ms")])
+def test_record_refuses_a_text_field_that_is_not_one_line_of_text(tmp_path, key, bad):
+    with pytest.raises(ValueError, match=f"{key}: expected a string of one line"):
+        results.record("machine", [row(1.0) | {key: bad}], env=ENV, root=tmp_path)
+
+
+def test_record_refuses_one_row_given_as_rows(tmp_path):
+    with pytest.raises(TypeError, match=r"got one row \(a dict\): pass \[row\]"):
+        results.record("machine", row(1.0), env=ENV, root=tmp_path)
+    with pytest.raises(TypeError, match="rows: expected dicts"):
+        results.record("machine", [("k", "p")], env=ENV, root=tmp_path)
+
+
+def test_record_refuses_an_env_without_gpu_slug(tmp_path):
+    env = {k: v for k, v in ENV.items() if k != "gpu_slug"}
+    with pytest.raises(ValueError, match=r"env: lacks \['gpu_slug'\]"):
+        results.record("machine", [row(1.0)], env=env, root=tmp_path)
+
+
+BAD_SLUGS = ["../../escaped", "/tmp/abs", "", "..", ".hidden", "a/b", None]
+
+
+@pytest.mark.parametrize("slug", BAD_SLUGS)
+def test_a_gpu_slug_that_is_not_a_plain_name_is_refused_on_write_and_read(tmp_path, slug):
+    root = tmp_path / "root"
+    with pytest.raises(ValueError, match="gpu_slug: expected a folder name .*no '/', '..' or empty name"):
+        results.record("machine", [row(1.0)], env=ENV | {"gpu_slug": slug}, root=root)
+    for read_back in (results.load, results.latest):
+        with pytest.raises(ValueError, match="gpu_slug: expected a folder name"):
+            read_back("machine", slug, root)
+    with pytest.raises(ValueError, match="gpu_slug: expected a folder name"):
+        results.chapters(slug, root)
+    assert not any(tmp_path.rglob("*.csv"))
+
+
+@pytest.mark.parametrize("chapter", ["../other/machine", "", "a/b", "machine.csv", None])
+def test_a_chapter_that_is_not_an_identifier_is_refused_on_write_and_read(tmp_path, chapter):
+    with pytest.raises(ValueError, match="chapter: expected a short identifier"):
+        results.record(chapter, [row(1.0)], env=ENV, root=tmp_path)
+    with pytest.raises(ValueError, match="chapter: expected a short identifier"):
+        results.load(chapter, "test-gpu", tmp_path)
+
+
+def test_a_results_file_with_reordered_columns_is_an_error_naming_it_not_a_missing_chapter(tmp_path):
+    results.record("machine", [row(1.0)], env=ENV, root=tmp_path)
+    reordered = tmp_path / "test-gpu" / "conv.csv"
+    columns = list(results.COLUMNS)
+    columns[0], columns[1] = columns[1], columns[0]
+    reordered.write_text(",".join(columns) + "\r\n")
+    with pytest.raises(ValueError, match=r"conv\.csv, line 1: the header .* has the results columns in another order"):
+        results.chapters("test-gpu", tmp_path)
+    with pytest.raises(ValueError, match=r"conv\.csv: its header .* in another order; appending would shift"):
+        results.record("conv", [row(1.0)], env=ENV, root=tmp_path)
+    reordered.unlink()
+    assert results.chapters("test-gpu", tmp_path) == ["machine"]
+
+
+@pytest.mark.skipif(device.on_gpu(), reason="checks the no-GPU path")
+@pytest.mark.parametrize("kernels", [None, 3, {"copy"}, ("copy", None)])
+def test_measured_or_stored_names_the_kernels_it_expects(kernels):
+    with pytest.raises(TypeError, match="kernels: expected a kernel's name or a tuple of names"):
+        results.measured_or_stored("machine", list, kernels)

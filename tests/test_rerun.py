@@ -3,6 +3,7 @@
 import re
 import subprocess
 
+import nbformat
 import pytest
 
 import rerun
@@ -107,3 +108,50 @@ def test_rerun_all_measures_before_it_quotes():
         if c not in measuring and any("quantities." in p.read_text() for p in rerun.chapter_notebooks(c))
     ]
     assert quoting and all(order.index(c) > max(map(order.index, measuring)) for c in quoting), (order, quoting)
+
+
+@pytest.mark.parametrize("chapter", ["", "  "])
+def test_an_empty_chapter_name_is_refused_not_taken_for_every_notebook(chapter):
+    with pytest.raises(SystemExit, match="chapter: expected a chapter's name"):
+        rerun.chapter_notebooks(chapter)
+
+
+def _notebook(path, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('profile = "full"', metadata={"tags": ["parameters"]})]
+    nb.cells += [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+LAB_RUN = {"gpu": "Test GPU", "commit": "abc"}
+
+
+@pytest.fixture
+def book(tmp_path, monkeypatch):
+    """A checkout with a committed notebook, executed into its own build/rerun/."""
+    monkeypatch.setattr(rerun, "ROOT", tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    return tmp_path
+
+
+def test_a_failed_run_leaves_the_committed_notebook_as_it_was(book):
+    committed = _notebook(book / "notebooks" / "01_x.ipynb", "print('first')", "raise RuntimeError('boom')")
+    before = committed.read_bytes()
+    with pytest.raises(SystemExit, match=r"01_x\.ipynb failed .*build/rerun/test-gpu/01_x\.ipynb; "):
+        rerun.execute(committed, committed, LAB_RUN, parameters={"profile": "ci"})
+    assert committed.read_bytes() == before
+    assert "boom" in (book / "build" / "rerun" / "test-gpu" / "01_x.ipynb").read_text()
+    assert [p.name for p in (book / "notebooks").iterdir()] == ["01_x.ipynb"]  # no temporary file left
+
+
+def test_a_clean_run_replaces_the_committed_notebook_with_its_run(book):
+    committed = _notebook(book / "notebooks" / "01_x.ipynb", "print(profile)")
+    assert rerun.execute(committed, committed, LAB_RUN, parameters={"profile": "ci"}) == committed
+    executed = nbformat.read(committed, as_version=4)
+    assert executed.metadata["lab_run"] == LAB_RUN
+    assert executed.cells[-1].outputs[0]["text"] == "ci\n"
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "remove-cell" in injected[0].metadata.tags
+    assert (book / "build" / "rerun" / "test-gpu" / "01_x.ipynb").read_bytes() == committed.read_bytes()

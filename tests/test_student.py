@@ -2,6 +2,7 @@
 valid notebooks; and every {solution} of the book stays collapsed behind a dropdown."""
 
 import ast
+import copy
 import json
 import os
 import re
@@ -143,6 +144,7 @@ def solution_lines(nb) -> set:
 
 from_git = pytest.mark.skipif(not (ROOT / ".git").exists(), reason="the student edition is made from a git checkout")
 SOLUTION_FILES = sorted(ROOT.glob("kernels/*/solutions.py"))
+ANSWER_FILES = sorted(ROOT.glob("kernels/*/answers.py"))
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +191,9 @@ def test_edition_grades_without_the_solutions(edition, tmp_path):
     """In the edition the checker grades a file, and no solution is registered: the published one, handed
     in as a student's file, passes there."""
     handed_in = tmp_path / "saxpy.py"
-    handed_in.write_text((ROOT / "kernels" / "machine" / "solutions.py").read_text() + "\nlaunch = launch_saxpy\n")
+    source = (ROOT / "kernels" / "machine" / "solutions.py").read_text()
+    kernel = source[source.index("@cuda.jit\ndef saxpy(") : source.index("def launch_saxpy_grid_rounded_down")]
+    handed_in.write_text(f"from numba import cuda\n\nTHREADS = 64\n\n{kernel}\nlaunch = launch_saxpy\n")
     env = {**os.environ, "PYTHONPATH": str(edition)}
     listed = subprocess.run(
         [
@@ -268,3 +272,74 @@ def test_every_solution_is_a_dropdown(path):
     if path.suffix == ".ipynb":
         text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "markdown")
     assert not shown_open(text), f"{path.name}: solutions shown open in the book; add :class: dropdown"
+
+
+@from_git
+@pytest.mark.skipif(not ANSWER_FILES, reason="the student edition: no answers.py to leave out")
+def test_edition_has_no_expected_answer_only_their_digests(edition):
+    """answers.py computes the questions' answers (formulas such as 12 bytes per element): the edition has
+    none of its functions, and each chapter with questions has the digests instead."""
+    assert not list(edition.rglob("answers.py"))
+    computed = defined(ANSWER_FILES)
+    assert computed and not computed & defined((edition / "kernels").rglob("*.py")), (
+        "a kernel file of the edition defines a function of answers.py"
+    )
+    chapters = {q.label.split("-ex-")[0] for q in exercise.all_exercises() if isinstance(q, exercise.Question)}
+    assert {p.parent.name for p in (edition / "kernels").glob(f"*/{exercise.DIGESTS}")} == chapters
+    digests = "".join(p.read_text() for p in (edition / "kernels").glob(f"*/{exercise.DIGESTS}"))
+    assert '"memory"' not in digests and "1200000000" not in digests, "a digest holds an answer in the clear"
+
+
+CHECK_IN_EDITION = """
+import json, sys
+from kernels.harness import exercise
+out = {}
+for label, answers in json.loads(sys.stdin.read()).items():
+    out[label] = str(exercise.get(label).check(answers))
+print(json.dumps(out))
+"""
+
+
+def _plain(value):
+    """An answer as JSON carries it (a set as a list)."""
+    return sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+
+
+@from_git
+@pytest.mark.skipif(not SOLUTION_FILES, reason="the student edition: no solutions.py to check with")
+def test_the_edition_checks_answers_as_the_teachers_checker_does(edition):
+    """Every question's published answers pass in the edition, from the digests alone, and each typical wrong
+    answer fails there with the words the teacher's checker gives."""
+    cases = {}
+    for label, sol in exercise.all_solutions().items():
+        if isinstance(exercise.get(label), exercise.Question):
+            cases[label] = {k: _plain(v) for k, v in sol.solution.items()}
+            for name, (answers, _) in sol.wrong.items():
+                cases[f"{label}#{name}"] = {k: _plain(v) for k, v in answers.items()}
+    script = CHECK_IN_EDITION.replace("exercise.get(label)", "exercise.get(label.split('#')[0])")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(cases),
+        cwd=edition,
+        env={**os.environ, "PYTHONPATH": str(edition), "NUMBA_ENABLE_CUDASIM": "1"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = json.loads(done.stdout)
+    for key, report in reports.items():
+        label, _, wrong = key.partition("#")
+        if not wrong:
+            assert report.endswith(f"PASS  {label}"), report
+        else:
+            words = exercise.all_solutions()[label].wrong[wrong][1]
+            assert "FAIL" in report and words in report, f"{key}: {report}"
+
+
+def test_a_cell_tagged_as_an_answer_is_left_out():
+    nb = copy.deepcopy(SYNTHETIC)
+    nb["cells"].insert(3, code("print(12 / rate)  # the floor", tags=["exercise-answer"], outputs=[]))
+    nb["cells"][3]["id"] = "answer"
+    student = student_notebook(nb)
+    assert "print(12 / rate)" not in sources(student)
+    assert len(student["cells"]) == len(student_notebook(SYNTHETIC)["cells"])

@@ -30,6 +30,13 @@ class Problem:
     h: int
     w: int
 
+    def __post_init__(self):
+        # A negative or fractional size would give negative FLOPs and shapes NumPy refuses deep inside.
+        if not isinstance(self.name, str):
+            raise TypeError(f"Problem: name must be a string, got {self.name!r}")
+        for axis in ("n", "c", "k", "h", "w"):
+            check.positive_int(getattr(self, axis), f"Problem {self.name!r}: {axis}")
+
     @property
     def flops(self) -> int:
         """Two operations (multiply, add) per filter tap, as the source counts them."""
@@ -118,6 +125,9 @@ def to_layout(x_nchw, f_kcrs, layout: str):
     """Input and filter, given in NCHW/KCRS, rearranged (contiguous) for ``layout``; works for NumPy and CuPy."""
     if layout == "nchw":
         return x_nchw, f_kcrs
+    for name, a, axes in (("x_nchw", x_nchw, "(N, C, H, W)"), ("f_kcrs", f_kcrs, "(K, C, 3, 3)")):
+        if len(getattr(a, "shape", ())) != 4:
+            raise ValueError(f"{name}: expected a 4-D array {axes}, got shape {getattr(a, 'shape', type(a).__name__)}")
     if layout == "nhwc":
         xp = device.xp() if not isinstance(x_nchw, np.ndarray) else np
         return (xp.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1)), xp.ascontiguousarray(f_kcrs.transpose(2, 3, 1, 0)))
@@ -228,6 +238,8 @@ def validate(stage: Stage, x, f, y=None) -> Problem:
 
 def launcher(stage: Stage, x, f, y) -> Callable[[], None]:
     """Validate once and return a zero-argument function that launches ``stage`` (for timing)."""
+    if y is None:
+        raise TypeError("y: expected the output array the launches write (shapes(p, stage.layout)[2]), got None")
     p = validate(stage, x, f, y)
     return lambda: stage.launch(x, f, y, p)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from itertools import product
 
-from ..harness import device
+from ..harness import check, device
 from . import cuda_stages, registry
 from .common import Problem, require_problem
 
@@ -25,9 +25,7 @@ def candidates(p: Problem, sms: int | None = None) -> list[dict]:
     reduction slices only while the output tiles alone give fewer than four blocks per SM (``sms``:
     this GPU's SM count by default; without a GPU, the reference GPU's)."""
     require_problem(p)
-    sms = device.target_properties()["sms"] if sms is None else sms
-    if not isinstance(sms, int) or sms < 1:
-        raise ValueError(f"sms must be a positive integer, got {sms!r}")
+    sms = device.target_properties()["sms"] if sms is None else check.positive_int(sms, "sms")
     out = []
     for bm, bn, bkc in product((32, 64, 128, 256), (32, 64, 128), (8, 16)):
         threads = bm // 8 * bn // 8

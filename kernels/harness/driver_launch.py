@@ -3,8 +3,8 @@ time is the host's (a training loop calling one small operation per step).
 
 A CuPy ``RawKernel`` call converts and checks every argument in Python and Cython each time, which can
 cost more host time than a small image's kernel takes on the GPU; here the arguments go into ctypes
-buffers made once per kernel and thread, and the launch costs the driver call and little else. The kernel itself is loaded
-by CuPy (``cuda_cpp.load``): this module only launches it.
+buffers made once per kernel and thread, and the launch costs the driver call and little else. The
+kernel itself is loaded by CuPy (``cuda_cpp.load``): this module only launches it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Auto-checked exercises: run a student's kernel against the float64 reference and say, in plain
-words, what is wrong.
+words, what is wrong; check a student's numbers and words against the expected answers.
 
 The student writes ``launch(out, *inputs)``: it launches their kernel (``@cuda.jit``) so that it
 fills ``out``. The checker runs it on fresh random inputs of several sizes (odd ones, not multiples
@@ -10,49 +10,78 @@ unwritten elements and where they are (the tail, the borders, a repeating patter
 threads the launch had, whether the grid is too small or the index misses (a block size written
 into it, rows and columns swapped), NaN, an offset or a factor, a transpose or a shift, an index
 outside an array, a kernel that does not compile, an output written by host code rather than by a
-kernel.
+kernel, an output that no kernel computed from the inputs (a kernel handed an answer made on the host).
 
 An exercise about performance also declares what a correct kernel's memory accesses must look
 like (``expect``: coalesced, each input read once, no bank conflicts). In the simulator the checker
-then counts every access (``accesses.py``) and fails a correct kernel that misses one, saying why;
-it reports races on shared memory (a missing ``cuda.syncthreads()``) too. On a GPU it checks the
-results only, and says so.
+counts every access (``accesses.py``), fails a correct kernel that misses one, saying why, and fails
+a kernel that never read an input; it reports races on shared memory (a missing
+``cuda.syncthreads()``) too. On a GPU it checks the results only, and says so.
 
 A chapter registers its exercises in ``kernels/<chapter>/exercises.py`` under the label of the
-notebook's ``{exercise}`` directive: what grading needs, and no answer. Its ``solutions.py`` attaches
-the published solution and deliberately wrong kernels to them, for the book's tests; the student
-edition leaves that file out, and nothing here needs it to grade. A notebook cell (or a teacher
-grading files) then runs::
+notebook's ``{exercise}`` directive: what grading needs, and no answer. The answers of its questions
+are computed in ``kernels/<chapter>/answers.py`` (``answers``), from the exercise's data or the stored
+run of the GPU the page ran on (``page_gpu``), never another GPU's; its ``solutions.py`` attaches the
+published solutions and deliberately wrong kernels, for the book's tests. The student edition leaves
+both files out (``submission.TEACHER_ONLY``): it checks answers against salted digests of the expected values
+(``answer_digests``), and grades kernels without any solution. A notebook cell (or a teacher grading
+files) then runs::
 
     from kernels.harness import exercise
     exercise.check("machine-ex-saxpy", launch)
+    exercise.answer("machine-ex-floor", flops=..., bytes=...)
 
     python -m kernels.harness.exercise check machine-ex-saxpy alice.py bob.py   # each defines launch
 
-The command grades each file in a process of its own (``submission.py``).
+The command grades each file in a process of its own, which sends its outputs back to the grading
+process (``submission.py``). In grading mode (``--grading``, or BOOK_GRADING=1) a report says what is
+wrong and where, but not the hints that say how to fix it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import json
+import math
+import os
+import re
 import sys
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import accesses, device, submission
-from .check import compare, poison_value, to_host
+from . import accesses, device, results, submission
+from .check import compare, poison_value
 from .cuda_cpp import KERNELS
+from .grading import Outcome, run_case, sentinel_value
 
-# Elements of poison after every array: a kernel overrunning by up to a block of 1024 threads writes
-# (or reads) here instead of into another allocation, where the damage would go unseen.
-GUARD = 1024
-_REGISTRY: dict[str, Exercise] = {}
+DIGESTS = "answer_digests.json"  # kernels/<chapter>/: the edition's digests of its questions' answers
+_REGISTRY: dict[str, Exercise | Question] = {}
 _SOLUTIONS: dict[str, Solutions] = {}
+_ANSWERS: dict[str, dict[str, Callable]] = {}
+_GRADING = os.environ.get("BOOK_GRADING", "").strip().lower() in ("1", "true", "yes")
+
+
+def set_grading(on: bool = True) -> None:
+    """Grading mode: reports say what is wrong and where, without the hints that say how to fix it."""
+    global _GRADING
+    _GRADING = bool(on)
+
+
+def _hinted(observation: str, hint: str, joint: str = ". Likely: ") -> str:
+    """``observation``, followed by ``hint`` outside grading mode."""
+    return observation + (f"{joint}{hint}" if hint and not _GRADING else "")
+
+
+def _observation(sentence: str) -> str:
+    """In grading mode, a sentence of ``accesses.problems`` less its advice: what follows its first sentence."""
+    if not _GRADING:
+        return sentence
+    return re.split(r"\. (?=[A-Z])", sentence, maxsplit=1)[0]
 
 
 @dataclass(frozen=True)
@@ -75,8 +104,14 @@ class Exercise:
     expect: tuple = ()
 
     def check(self, launch: Callable, rng: np.random.Generator | None = None) -> Report:
-        return check_kernel(
-            launch,
+        """Run ``launch`` here, in this process, and judge it."""
+        return self.judge(_InProcess(launch), rng)
+
+    def judge(self, runner: Callable, rng: np.random.Generator | None = None) -> Report:
+        """Judge the outcomes ``runner(inputs, shape, dtype, fill, record)`` returns (``Outcome``): a launch
+        run here, or in a process of its own that sends them back (``submission.grade``)."""
+        return _check_cases(
+            runner,
             self.reference,
             self.make_inputs,
             sizes=self.sizes,
@@ -85,19 +120,21 @@ class Exercise:
             out_dtype=self.out_dtype,
             name=self.label,
             rng=rng,
+            device_only=True,
             expect=self.expect,
         )
 
 
 @dataclass(frozen=True)
 class Part:
-    """One answer of a ``Question``: ``expected()`` computes it when the student checks (from the
-    exercise's data or from this GPU's stored run); a number matches within ``rtol``, a collection
-    of numbers as a set, a word case-blind. ``hint`` says what to look at again, without the answer."""
+    """One answer of a ``Question``: a number matches the expected one within ``rtol``, a collection of
+    numbers as a set, a word case-blind. ``hint`` says what to look at again, without the answer;
+    ``uses`` names the earlier parts this answer is computed from, so that feedback can say which
+    answers follow from a wrong one. The expected value is computed in the chapter's answers.py."""
 
-    expected: Callable
     hint: str
     rtol: float = 0.02
+    uses: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -109,26 +146,54 @@ class Question:
     task: str
     parts: dict
 
-    def check(self, answers: dict, rng=None) -> Report:
-        """``answers`` maps each part's name to the student's value; None (not answered yet) fails."""
+    def check(self, answers: dict, rng=None, expected: dict | None = None) -> Report:
+        """``answers`` maps each part's name to the student's value; None (not answered yet) fails.
+        ``expected`` ({part: function}) replaces the answers registered for the label (for tests)."""
         if not isinstance(answers, dict):
             raise TypeError(f"{self.label}: answers: expected a dict {{part: value}}, got {type(answers).__name__}")
         unknown = set(answers) - set(self.parts)
         if unknown:
             raise ValueError(f"{self.label}: no part named {sorted(unknown)}; the parts are {list(self.parts)}")
-        lines, ok = [], True
-        for name, part in self.parts.items():
-            given = answers.get(name)
-            if given is None:
-                lines.append(f"  {name}: not answered yet")
-                ok = False
-            elif _matches(given, part.expected(), part.rtol):
-                lines.append(f"  {name}: right")
-            else:
-                lines.append(f"  {name}: not yet. {part.hint}")
-                ok = False
-        verdict = f"PASS  {self.label}" if ok else f"FAIL  {self.label}"
-        return Report(self.label, ok, [*lines, verdict])
+        right = _judge_answers(self, answers, expected)
+        return _answer_report(self, answers, right)
+
+
+def _depends(question: Question) -> dict[str, set]:
+    """Every part's earlier parts it follows from, directly or through others."""
+    out: dict[str, set] = {}
+    for name, part in question.parts.items():
+        out[name] = set(part.uses).union(*(out.get(u, set()) for u in part.uses))
+    return out
+
+
+def _answer_report(question: Question, answers: dict, right: dict[str, bool]) -> Report:
+    """One line per part, then the verdict; the first wrong part named, with the later answers that follow
+    from it (their own hints held back: the fix is upstream)."""
+    depends = _depends(question)
+    wrong = [n for n in question.parts if answers.get(n) is not None and not right[n]]
+    first = wrong[0] if wrong else None
+    follows = [n for n in question.parts if first in depends[n]]
+    lines = []
+    for name, part in question.parts.items():
+        if answers.get(name) is None:
+            lines.append(f"  {name}: not answered yet")
+        elif right[name]:
+            lines.append(f"  {name}: right")
+        elif name in follows:
+            lines.append(f"  {name}: not yet (it follows from {first})")
+        else:
+            lines.append(_hinted(f"  {name}: not yet", part.hint, ". "))
+    ok = all(answers.get(n) is not None and right[n] for n in question.parts)
+    verdict = f"PASS  {question.label}" if ok else f"FAIL  {question.label}"
+    if first:
+        verdict += f": the first wrong part is {first}"
+        if follows:
+            verdict += f"; {_listed(follows)} follow{'s' if len(follows) == 1 else ''} from it"
+    return Report(question.label, ok, [*lines, verdict])
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _matches(given, want, rtol: float) -> bool:
@@ -141,9 +206,163 @@ def _matches(given, want, rtol: float) -> bool:
             )
         except TypeError:
             return False
-    if isinstance(given, (bool, str)) or not isinstance(given, (int, float, np.integer, np.floating)):
+    if not _real(given):
         return False
     return bool(np.isclose(float(given), float(want), rtol=rtol, atol=0.0))
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+# --- the expected answers: computed by the teacher's answers.py, or the edition's digests ------------
+
+
+def answers(label: str, **expected: Callable) -> None:
+    """Register the functions that compute the expected answer of each part of question ``label``
+    (a chapter's answers.py calls this; the student edition has none)."""
+    question = get(label)
+    if not isinstance(question, Question):
+        raise TypeError(f"{label} asks for a kernel: its expected output is its exercise's reference")
+    if set(expected) != set(question.parts) or not all(callable(f) for f in expected.values()):
+        raise ValueError(f"{label}: expected one function for each of the parts {list(question.parts)}")
+    if label in _ANSWERS:
+        raise ValueError(f"{label}: answers registered twice")
+    _ANSWERS[label] = dict(expected)
+
+
+def page_gpu() -> str:
+    """The GPU whose run this page shows: this GPU (a notebook run on it records and reads its own rows), or
+    without one the reference GPU, whose stored rows the simulator's pages show."""
+    return device.slug(device.properties()["name"]) if device.on_gpu() else results.REFERENCE_GPU
+
+
+def _chapter(label: str) -> str:
+    return label.split("-ex-")[0]
+
+
+def _teacher_answers(label: str) -> dict[str, Callable] | None:
+    """The functions of label's chapter's answers.py, where this copy has that file (not the student edition)."""
+    chapter = _chapter(label)
+    if label not in _ANSWERS and (KERNELS / chapter / "answers.py").is_file():
+        importlib.import_module(f"kernels.{chapter}.answers")
+    return _ANSWERS.get(label)
+
+
+def expected_values(question: Question, expected: dict | None = None) -> tuple[dict, str | None]:
+    """({part: expected value}, the GPU slug whose stored rows they came from, or None for answers that read
+    none), computed by the teacher's functions. A value that would come from another GPU than the page's
+    (``page_gpu``) is an error naming both: run the chapter that measures it on this GPU first."""
+    functions = expected or _teacher_answers(question.label)
+    if functions is None:
+        raise LookupError(f"{question.label}: no answers.py in this copy (the student edition checks digests)")
+    with results.reading() as read:
+        values = {name: functions[name]() for name in question.parts}
+    page = page_gpu()
+    others = sorted(read - {page})
+    if others:
+        raise LookupError(
+            f"{question.label}: this page ran on {page}, but its expected answers would come from the stored "
+            f"run of {', '.join(others)}: run the chapter that measures them on {page} first "
+            "(make rerun CHAPTER=...), so that the answers are this GPU's"
+        )
+    return values, (page if read else None)
+
+
+def _judge_answers(question: Question, answers: dict, expected: dict | None) -> dict[str, bool]:
+    """{part: whether the student's answer matches}, from the teacher's functions or the edition's digests."""
+    if expected is not None or _teacher_answers(question.label) is not None:
+        values, _ = expected_values(question, expected)
+        return {
+            n: answers.get(n) is not None and _matches(answers[n], values[n], question.parts[n].rtol)
+            for n in question.parts
+        }
+    path = KERNELS / _chapter(question.label) / DIGESTS
+    stored = json.loads(path.read_text()).get(question.label) if path.is_file() else None
+    if stored is None:
+        raise LookupError(f"{question.label}: neither answers.py nor {DIGESTS} in {path.parent}: no answers to check")
+    if stored["gpu"] not in (None, page_gpu()):
+        raise LookupError(
+            f"{question.label}: the answers this edition can check come from the run of {stored['gpu']}; this page "
+            f"ran on {page_gpu()}: hand your answers in to your teacher"
+        )
+    return {
+        n: answers.get(n) is not None and _digest_matches(answers[n], stored["parts"][n], stored["salt"], question, n)
+        for n in question.parts
+    }
+
+
+# A digest names the buckets of a number's tolerance band (in log steps of a quarter of rtol): a value is
+# accepted within rtol of the answer, and always within three quarters of it; words and exact numbers by
+# their own token. Salted, so that a table of tokens computed for another edition does not apply.
+
+
+def _token_hash(salt: str, question: Question, part: str, token: str) -> str:
+    return hashlib.sha256(f"{salt}|{question.label}|{part}|{token}".encode()).hexdigest()[:24]
+
+
+def _step(rtol: float) -> float:
+    return math.log1p(rtol) / 4
+
+
+def _tokens(value, rtol: float) -> list[str]:
+    """The tokens an answer ``value`` accepts (words, numbers; a collection has one list per element)."""
+    if isinstance(value, str):
+        return [f"w:{value.strip().lower()}"]
+    value = float(value)
+    if rtol == 0 or value == 0:
+        return [f"x:{value!r}"]
+    if not 0 < rtol < 1:
+        raise ValueError(f"rtol: a digest needs 0 <= rtol < 1, got {rtol}")
+    sign, size, h = "+" if value > 0 else "-", math.log(abs(value)), _step(rtol)
+    low, high = size + math.log1p(-rtol), size + math.log1p(rtol)
+    return [f"n:{sign}:{b}" for b in range(math.ceil(low / h), math.floor(high / h))]
+
+
+def _given_tokens(given, rtol: float) -> set[str]:
+    if isinstance(given, str):
+        return {f"w:{given.strip().lower()}"}
+    if not _real(given) or not math.isfinite(float(given)):
+        return set()
+    value = float(given)
+    exact = {f"x:{value!r}"}
+    if rtol == 0 or value == 0:
+        return exact
+    return exact | {f"n:{'+' if value > 0 else '-'}:{math.floor(math.log(abs(value)) / _step(rtol))}"}
+
+
+def _digest_of(value, rtol: float, salt: str, question: Question, part: str) -> dict:
+    if isinstance(value, (set, frozenset, list, tuple)):
+        elements = [_digest_of(v, rtol, salt, question, part) for v in sorted(set(value), key=repr)]
+        return {"elements": elements}
+    return {"hashes": sorted(_token_hash(salt, question, part, t) for t in _tokens(value, rtol))}
+
+
+def _digest_matches(given, digest: dict, salt: str, question: Question, part: str) -> bool:
+    rtol = question.parts[part].rtol
+    if "elements" in digest:
+        if isinstance(given, (str, bytes)):
+            return False
+        try:
+            given = set(given)
+        except TypeError:
+            return False
+        return len(given) == len(digest["elements"]) and all(
+            any(_digest_matches(g, e, salt, question, part) for e in digest["elements"]) for g in given
+        )
+    return bool({_token_hash(salt, question, part, t) for t in _given_tokens(given, rtol)} & set(digest["hashes"]))
+
+
+def answer_digests(salt: str) -> dict[str, dict]:
+    """{chapter: {label: {"gpu", "salt", "parts"}}}: the digests of every question's expected answers, for the
+    student edition (computed here, with the teacher's answers.py, for the page's GPU)."""
+    out: dict[str, dict] = {}
+    for question in all_exercises():
+        if isinstance(question, Question):
+            values, gpu = expected_values(question)
+            parts = {n: _digest_of(values[n], p.rtol, salt, question, n) for n, p in question.parts.items()}
+            out.setdefault(_chapter(question.label), {})[question.label] = {"gpu": gpu, "salt": salt, "parts": parts}
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,6 +386,9 @@ class Report:
     def __str__(self) -> str:
         return "\n".join(self.lines)
 
+    def _ipython_display_(self):
+        """Nothing more: ``check`` and ``answer`` printed the report (a cell ending with one shows no repr)."""
+
 
 def register(ex: Exercise | Question) -> Exercise | Question:
     if ex.label in _REGISTRY and _REGISTRY[ex.label] is not ex:
@@ -176,6 +398,10 @@ def register(ex: Exercise | Question) -> Exercise | Question:
     if isinstance(ex, Question):
         if not ex.parts or not all(isinstance(p, Part) for p in ex.parts.values()):
             raise ValueError(f"{ex.label}: parts must map each answer's name to a Part, got {ex.parts!r}")
+        names = list(ex.parts)
+        for i, (name, part) in enumerate(ex.parts.items()):
+            if not set(part.uses) <= set(names[:i]):
+                raise ValueError(f"{ex.label}: part {name} may use only earlier parts {names[:i]}, got {part.uses}")
         _REGISTRY[ex.label] = ex
         return ex
     if not ex.sizes:
@@ -204,9 +430,11 @@ def _chapters_with_exercises() -> list[str]:
     return _chapters_with("exercises")
 
 
-def get(label: str) -> Exercise:
+def get(label: str) -> Exercise | Question:
     """The exercise of that label, importing its chapter's ``exercises`` module on first use."""
-    chapter = label.split("-ex-")[0]
+    if not isinstance(label, str):
+        raise TypeError(f"label: expected an exercise's label such as 'machine-ex-saxpy', got {label!r}")
+    chapter = _chapter(label)
     if chapter in _chapters_with_exercises():
         importlib.import_module(f"kernels.{chapter}.exercises")
     if label not in _REGISTRY:
@@ -215,7 +443,7 @@ def get(label: str) -> Exercise:
     return _REGISTRY[label]
 
 
-def all_exercises() -> list[Exercise]:
+def all_exercises() -> list[Exercise | Question]:
     for chapter in _chapters_with_exercises():
         importlib.import_module(f"kernels.{chapter}.exercises")
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
@@ -274,6 +502,23 @@ def check_kernel(
     launches stand in for a kernel's mistakes. With ``expect`` (``accesses.EXPECTATIONS``), the
     simulator also counts the accesses and fails a kernel that misses one.
     """
+    return _check_cases(
+        _InProcess(launch, device_only),
+        reference,
+        make_inputs,
+        sizes=sizes,
+        atol=atol,
+        rtol=rtol,
+        out_dtype=out_dtype,
+        name=name,
+        rng=rng,
+        device_only=device_only,
+        expect=expect,
+    )
+
+
+def _check_cases(runner, reference, make_inputs, *, sizes, atol, rtol, out_dtype, name, rng, device_only, expect):
+    """check_kernel's verdict on the outcomes of ``runner`` (``Exercise.judge``)."""
     rng = rng or np.random.default_rng()
     bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
     lines = []
@@ -283,7 +528,7 @@ def check_kernel(
         inputs = tuple(make_inputs(rng, size))
         cases.append((size, inputs, np.asarray(reference(*inputs), dtype=np.float64)))
     for size, inputs, want in sorted(cases, key=lambda case: -case[2].size):  # stable: ties keep their order
-        problems, counts = _run_and_explain(launch, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect)
+        problems, counts = _judge(runner, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect)
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
             lines += [f"  - {p}" for p in problems]
@@ -301,224 +546,115 @@ def check_kernel(
     return Report(name, True, lines)
 
 
-# --- running one size ---------------------------------------------------------------------------
+# --- judging one size (the launch runs in grading.run_case) ----------------------------------------------
 
 
-def _sentinel_value(dtype: np.dtype):
-    """A second poison, finite and unlikely to be computed: an element holding it after the second
-    run was never written (rather than computed as NaN)."""
-    return np.finfo(dtype).min if dtype.kind in "fc" else np.iinfo(dtype).min
+class _InProcess:
+    """A runner that runs ``launch`` in this process (``Outcome`` per call); ``device_only=False`` lets host
+    code write ``out`` (check_kernel's)."""
+
+    def __init__(self, launch: Callable, device_only: bool = True):
+        self.launch, self.device_only = launch, device_only
+
+    def __call__(self, inputs, shape, dtype, fill, record) -> Outcome:
+        return run_case(self.launch, inputs, shape, dtype, fill, record, self.device_only)
 
 
-def _guarded(data: np.ndarray | None, shape, dtype, fill, guard=None):
-    """A device array of ``shape`` that is the head of a buffer with GUARD poisoned elements after it.
-
-    Returns (view, buffer). ``data`` (host) fills the view; without it the view holds ``fill`` too.
-    The guard holds ``guard`` (default: ``fill``).
-    """
-    xp = device.xp()
-    n = int(np.prod(shape))
-    host = np.full(n + GUARD, fill if guard is None else guard, dtype=dtype)
-    host[:n] = fill
-    if data is not None:
-        host[:n] = np.ascontiguousarray(data, dtype=dtype).ravel()
-    buf = xp.asarray(host)
-    return buf[:n].reshape(shape), buf
-
-
-def _synchronize():
-    if device.on_gpu():
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-
-
-# A launch must fill `out` with a kernel: one that computes the answer with NumPy (or copies it into the
-# CuPy array on a GPU) would otherwise pass. While `launch` runs, every Numba kernel launch is wrapped:
-# a snapshot of `out`'s whole buffer is taken as each launch ends, and compared with the buffer as the
-# next launch starts and as `launch` returns. A difference there was written by something other than a
-# kernel. Comparing snapshots, rather than trying to forbid host writes, works the same for NumPy,
-# CuPy and Numba arrays and for every way of writing (slicing, np.copyto, .set(), copy_to_device).
-# Kernels launched outside Numba (a CuPy RawKernel) are not seen: the exercises ask for @cuda.jit ones.
-# The launches that changed `out` also leave their threads along x, y and z: where the last elements were
-# never written, they tell a grid too small from an index that never reaches the end.
-
-
-def _launch_entry():
-    """The class and method that every Numba kernel launch goes through in this mode."""
-    if device.on_gpu():
-        from numba.cuda.dispatcher import _LaunchConfiguration  # kernel[grid, block] returns one
-
-        return _LaunchConfiguration, "__call__"
-    from numba.cuda.simulator.kernel import FakeCUDAKernel  # also runs device functions: skipped below
-
-    return FakeCUDAKernel, "__call__"
-
-
-def _threads_of(kernel) -> tuple:
-    """A configured launch's threads along x, y and z (Numba has made its grid and block 3 integers each)."""
-    grid, block = (kernel.griddim, kernel.blockdim) if device.on_gpu() else (kernel.grid_dim, kernel.block_dim)
-    return tuple(g * b for g, b in zip(grid, block, strict=True))
-
-
-class _KernelWrites:
-    """Whether anything but a Numba kernel launch wrote ``buf`` while ``watching()``, and the threads
-    of the launches that did (see above)."""
-
-    def __init__(self, buf):
-        self.buf = buf
-        self.launches = 0
-        self.host_wrote = False
-        self.writers = []  # (threads along x, y, z) of each launch that changed buf
-        self._depth = 0
-        self._seen = self._snapshot()
-
-    def _snapshot(self) -> np.ndarray:
-        _synchronize()
-        return np.array(to_host(self.buf)).view(np.uint8)  # bytes: NaN equals NaN
-
-    def _check_unchanged(self):
-        self.host_wrote |= not np.array_equal(self._snapshot(), self._seen)
-
-    def _wrap(self, call):
-        def launch_kernel(kernel, *args, **kwargs):
-            # A device function (the simulator routes those through here too) or a call made while a
-            # kernel runs is part of that kernel.
-            if self._depth or getattr(kernel, "_device", False):
-                return call(kernel, *args, **kwargs)
-            before = self._snapshot()
-            self.host_wrote |= not np.array_equal(before, self._seen)
-            self._depth += 1
-            try:
-                return call(kernel, *args, **kwargs)
-            finally:
-                self._depth -= 1
-                self.launches += 1
-                self._seen = self._snapshot()
-                if not np.array_equal(self._seen, before):
-                    self.writers.append(_threads_of(kernel))
-
-        return launch_kernel
-
-    @contextmanager
-    def watching(self):
-        cls, name = _launch_entry()
-        call = getattr(cls, name)
-        setattr(cls, name, self._wrap(call))
-        try:
-            yield self
-        finally:
-            setattr(cls, name, call)
-        self._check_unchanged()
-
-    def threads(self) -> tuple | None:
-        """The most threads along x, y and z of the launches that wrote ``buf``; None if none did."""
-        return tuple(max(t) for t in zip(*self.writers, strict=True)) if self.writers else None
-
-    def problem(self) -> str | None:
-        if self.launches == 0:
-            return (
-                "no kernel ran: the output was written by host code"
-                if self.host_wrote
-                else "no kernel ran: `launch` launched no @cuda.jit kernel and `out` was never written"
+def _unfed(outcome: Outcome, inputs, want, atol: float) -> list[str]:
+    """Sentences for an output no kernel computed from the inputs: no launch took one, or a launch was handed
+    the answer."""
+    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
+    if arrays and not outcome.fed:
+        return [
+            _hinted(
+                "no kernel launch took an input array: `out` was not computed from the inputs by a kernel",
+                "pass the inputs to the kernel and compute every element there",
             )
-        if self.host_wrote:
-            return (
-                "the output was written by host code outside the kernel launches (before, between "
-                "or after them): only a kernel may write `out`"
-            )
-        return None
+        ]
+    for name, handed in outcome.handed:
+        got = np.asarray(handed, dtype=np.float64).ravel()
+        if got.size == want.size and np.all(np.isfinite(got)) and np.allclose(got, want.ravel(), atol=atol, rtol=0):
+            return [
+                _hinted(
+                    f"a kernel was handed the answer: its argument `{name}` held the expected output before it ran",
+                    "compute the output in a kernel from the inputs, not on the host",
+                )
+            ]
+    return []
 
 
-def _launch_once(launch, inputs, want_shape, out_dtype, fill, device_only, record=False):
-    """Run the student's launch on guarded copies; returns (out, out_buf, in_bufs, problem, counts, threads),
-    where ``problem`` is a sentence for an exception or for an output that no kernel wrote, ``counts`` the
-    accesses counted where ``record`` (in the simulator), else None, and ``threads`` those of the launches
-    that wrote ``out`` (``_KernelWrites.threads``)."""
-    args, in_bufs = [], []
-    for x in inputs:
-        if isinstance(x, np.ndarray):
-            view, buf = _guarded(x, x.shape, x.dtype, poison_value(x.dtype))
-            args.append(view)
-            in_bufs.append((x, buf))
-        else:
-            args.append(x)
-    # The output's guard holds the finite sentinel, not NaN: an overrun that reads the inputs' NaN
-    # guards writes NaN, which a NaN guard would hide (it did, on the GPU).
-    out, out_buf = _guarded(None, want_shape, out_dtype, fill, guard=_sentinel_value(out_dtype))
-    writes = _KernelWrites(out_buf)
-    try:
-        with writes.watching(), accesses.recording() if record else nullcontext() as log:
-            returned = launch(out, *args)
-    except Exception as exc:  # noqa: BLE001 -- whatever the student's code raises is explained, not re-raised
-        return out, out_buf, in_bufs, explain_exception(exc), None, None
-    counts = accesses.Counts(log) if record else None
-    if hasattr(returned, "shape") and returned is not out:
-        return (
-            out,
-            out_buf,
-            in_bufs,
-            (
-                "`launch` returned an array instead of filling `out`: the checker "
-                "grades `out`, which a kernel must write"
-            ),
-            counts,
-            None,
+def _unread(outcome: Outcome, inputs, counts) -> list[str]:
+    """A sentence for each array input that no kernel read (counted in the simulator)."""
+    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
+    reads = [a.origin + a.address for a in counts.log if a.space == "global" and not a.write]
+    return [
+        _hinted(
+            f"no kernel read input argument {pos + 1} (of shape {arrays[pos].shape})",
+            "`out` must be computed from all the inputs",
+            ": ",
         )
-    return out, out_buf, in_bufs, writes.problem() if device_only else None, counts, writes.threads()
+        for pos, spans in enumerate(outcome.input_spans)
+        if not any(first <= r < end for first, end in spans for r in reads)
+    ]
 
 
-def _run_and_explain(launch, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
+def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
     """The problems found at one size (sentences; none if it passed) and the accesses counted, if any."""
-    got, out_buf, in_bufs, problem, counts, threads = _launch_once(
-        launch,
-        inputs,
-        want.shape,
-        out_dtype,
-        poison_value(out_dtype),
-        device_only,
-        record=bool(expect) and not device.on_gpu(),
-    )
-    if problem is not None:
-        return [problem], counts
-    problems = []
+    record = not device.on_gpu() and (bool(expect) or device_only)
+    outcome = runner(inputs, want.shape, out_dtype, poison_value(out_dtype), record)
+    counts = accesses.Counts(outcome.log) if outcome.log is not None else None
+    if outcome.problem is not None:
+        return [_hinted(*outcome.problem, ": ")], counts
+    if device_only and (unfed := _unfed(outcome, inputs, want, atol)):
+        return unfed, counts
+    problems = _unread(outcome, inputs, counts) if device_only and counts else []
     n = want.size
-    tail = to_host(out_buf)[n:]
-    if not _all_equal(tail, _sentinel_value(out_dtype)):
-        k = int(np.count_nonzero(~_equal(tail, _sentinel_value(out_dtype))))
+    tail = outcome.out[n:]
+    if not _all_equal(tail, sentinel_value(out_dtype)):
+        k = int(np.count_nonzero(~_equal(tail, sentinel_value(out_dtype))))
         problems.append(
-            f"the kernel wrote {k} elements outside an array, past the end of `out` (which has "
-            f"{n}): a missing or wrong bounds check (`if i < out.size:`); on a GPU such writes "
-            "land in whatever memory follows"
+            _hinted(
+                f"the kernel wrote {k} elements outside an array, past the end of `out` (which has {n})",
+                "a missing or wrong bounds check (`if i < out.size:`); on a GPU such writes land in whatever "
+                "memory follows",
+            )
         )
-    for pos, (host, buf) in enumerate(in_bufs):
-        now = to_host(buf)
+    arrays = [x for x in inputs if isinstance(x, np.ndarray)]
+    for pos, (host, now) in enumerate(zip(arrays, outcome.inputs, strict=True)):
         if not np.array_equal(now[: host.size], host.ravel(), equal_nan=host.dtype.kind in "fc"):
             problems.append(
-                f"the kernel changed its input argument {pos + 1} (of shape {host.shape}); it should only read it"
+                _hinted(
+                    f"the kernel changed its input argument {pos + 1} (of shape {host.shape})",
+                    "it should only read it",
+                    "; ",
+                )
             )
         overrun = ~_equal(now[host.size :], poison_value(host.dtype))
         if overrun.any():
             problems.append(
-                f"the kernel wrote {int(overrun.sum())} elements outside an array, past the end "
-                f"of its input argument {pos + 1} (which has {host.size}): a missing or wrong "
-                "bounds check or a wrong index; on a GPU such writes land in whatever memory follows"
+                _hinted(
+                    f"the kernel wrote {int(overrun.sum())} elements outside an array, past the end of its input "
+                    f"argument {pos + 1} (which has {host.size})",
+                    "a missing or wrong bounds check or a wrong index; on a GPU such writes land in whatever "
+                    "memory follows",
+                )
             )
-    got_host = to_host(got)
+    got_host = outcome.out[:n].reshape(want.shape)
     result = compare(got_host, want, atol=atol, rtol=rtol)
     if result.ok:
-        return problems + (accesses.problems(counts, expect) if counts else []), counts
+        return problems + (
+            [_observation(p) for p in accesses.problems(counts, expect)] if counts and expect else []
+        ), counts
     # A race on shared memory explains wrong values: say it first.
-    problems += accesses.problems(counts) if counts else []
+    problems += [_observation(p) for p in accesses.problems(counts)] if counts else []
     unwritten = None
     if result.n_nonfinite:
         # Run again with a finite second poison: what still holds it was never written at all.
-        again, _, _, problem, _, _ = _launch_once(
-            launch, inputs, want.shape, out_dtype, _sentinel_value(out_dtype), device_only
-        )
-        if problem is None:
-            unwritten = _equal(to_host(again), _sentinel_value(out_dtype))
+        again = runner(inputs, want.shape, out_dtype, sentinel_value(out_dtype), False)
+        if again.problem is None:
+            unwritten = _equal(again.out[:n].reshape(want.shape), sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
+    threads = outcome.threads
     return problems + (
         explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten, threads=threads)
         or [result.reason()]
@@ -534,27 +670,6 @@ def _all_equal(a: np.ndarray, value) -> bool:
 
 
 # --- explaining ---------------------------------------------------------------------------------
-
-
-def explain_exception(exc: BaseException) -> str:
-    """One plain sentence for an exception raised by a launch."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    kind = type(exc).__name__
-    if isinstance(exc, IndexError):
-        return (
-            f"the kernel indexed outside an array ({text}): a missing bounds check (`if i < n:`) or a "
-            "wrong index. The simulator stops there; on a GPU the same bug is an illegal memory "
-            "access or silently wrong data"
-        )
-    if "ILLEGAL_ADDRESS" in text.upper() or "illegal memory access" in text.lower():
-        return (
-            "the kernel made an illegal memory access: an index outside an array. The CUDA context is "
-            "now unusable -- restart the Python kernel, then run the check in the simulator "
-            "(NUMBA_ENABLE_CUDASIM=1) or under compute-sanitizer to see which index"
-        )
-    if kind in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError") or "numba" in type(exc).__module__:
-        return f"the kernel does not compile ({kind}): {text}"
-    return f"the launch raised {kind}: {text}"
 
 
 def _describe_where(mask: np.ndarray, unwritten: bool = False, threads: tuple | None = None) -> tuple[str, str]:
@@ -715,22 +830,31 @@ def explain(
     if unwritten.any():
         where, hint = _describe_where(unwritten, unwritten=True, threads=threads)
         out.append(
-            f"{int(unwritten.sum())} of {want.size} output elements were never written "
-            f"(they still hold the poison): {where}" + (f". Likely: {hint}" if hint else "")
+            _hinted(
+                f"{int(unwritten.sum())} of {want.size} output elements were never written "
+                f"(they still hold the poison): {where}",
+                hint,
+            )
         )
     if computed_nan.any():
         where, hint = _describe_where(computed_nan)
         out.append(
-            f"{int(computed_nan.sum())} elements are NaN or Inf where the reference is finite: {where}. "
-            "Likely: a read past the end of an input (the checker poisons what follows each array), "
-            "of uninitialized shared memory, or a division by zero" + (f"; {hint}" if hint else "")
+            _hinted(
+                f"{int(computed_nan.sum())} elements are NaN or Inf where the reference is finite: {where}",
+                "a read past the end of an input (the checker poisons what follows each array), of "
+                "uninitialized shared memory, or a division by zero" + (f"; {hint}" if hint else ""),
+            )
         )
     if wrong.any():
         out += _explain_values(got, want, diff, wrong, both, atol)
     elif not out and rtol is not None:
         out.append(
-            f"every element is within max|err| <= {atol:g}, but the relative error over the whole "
-            f"output exceeds {rtol:g}: small errors everywhere, e.g. a different rounding or summation order"
+            _hinted(
+                f"every element is within max|err| <= {atol:g}, but the relative error over the whole output "
+                f"exceeds {rtol:g}",
+                "small errors everywhere, e.g. a different rounding or summation order",
+                ": ",
+            )
         )
     return out
 
@@ -742,13 +866,13 @@ def _explain_values(got, want, diff, wrong, both, atol) -> list[str]:
         f"the largest error is at index {tuple(int(i) for i in worst)}: got {got[worst]:.6g}, "
         f"expected {want[worst]:.6g}"
     )
-    pattern = _global_pattern(got, want, diff, both, atol)
+    pattern = None if _GRADING else _global_pattern(got, want, diff, both, atol)  # a pattern gives the fix away
     if pattern:
         return [pattern, example]
     where, hint = _describe_where(wrong)
-    first = f"{n_wrong} of {want.size} elements are wrong ({where})" + (f". Likely: {hint}" if hint else "")
+    first = _hinted(f"{n_wrong} of {want.size} elements are wrong ({where})", hint)
     max_err = float(np.abs(diff).max())
-    if max_err < 100 * atol:
+    if max_err < 100 * atol and not _GRADING:
         first += (
             f"; the errors are small (largest {max_err:.3g} against a tolerance of {atol:g}): a different "
             "formula or precision (a float64 constant, a missing fma, a different summation order)"
@@ -798,6 +922,7 @@ def _global_pattern(got, want, diff, both, atol) -> str | None:
 
 
 # --- grading files from the command line --------------------------------------------------------
+# --- grading files from the command line --------------------------------------------------------
 
 
 def _seconds(text: str) -> float:
@@ -822,6 +947,11 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("label")
     grade.add_argument("files", nargs="+", type=Path)
     grade.add_argument(
+        "--grading",
+        action="store_true",
+        help="grading mode: say what is wrong and where, without the hints that say how to fix it",
+    )
+    grade.add_argument(
         "--timeout",
         type=_seconds,
         default=submission.TIMEOUT,
@@ -839,10 +969,16 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(ex, Question):
         parser.error(f"{ex.label} asks for answers, not a kernel: students check them in the notebook")
     verdicts = []
-    for path in args.files:
-        print(f"== {path}", flush=True)
-        verdicts.append(submission.grade(ex.label, path, args.timeout))
-        print(verdicts[-1], flush=True)
+    before = _GRADING
+    set_grading(before or args.grading)
+    try:
+        with submission.edition() as edition:  # the submissions import kernels/ without its solutions and answers
+            for path in args.files:
+                print(f"== {path}", flush=True)
+                verdicts.append(submission.grade(ex, path, args.timeout, kernels_copy=edition))
+                print(verdicts[-1], flush=True)
+    finally:
+        set_grading(before)
     failed = sum(not v.ok for v in verdicts)
     print()
     print(submission.table(verdicts))

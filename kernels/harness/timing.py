@@ -25,11 +25,18 @@ class Timing:
     times_ms: tuple
 
     def __post_init__(self):
-        # An empty or non-finite sample would turn the median, and every rate from it, into NaN.
-        if len(self.times_ms) == 0:
+        # An empty, non-finite or non-positive sample would turn the median, and every rate from it, into
+        # NaN, infinity or a negative rate.
+        times = self.times_ms
+        if isinstance(times, (str, bytes)) or not hasattr(times, "__len__"):
+            raise TypeError(f"times_ms: expected a sequence of times in ms, such as (0.5, 0.52), got {times!r}")
+        if len(times) == 0:
             raise ValueError("times_ms: a timing needs at least one time, got none")
-        if not np.all(np.isfinite(self.times_ms)):
-            raise ValueError(f"times_ms: expected finite times, got {self.times_ms}")
+        real = (int, float, np.integer, np.floating)
+        if not all(isinstance(t, real) and not isinstance(t, (bool, np.bool_)) for t in times):
+            raise TypeError(f"times_ms: expected real numbers of milliseconds, got {times!r}")
+        if not all(np.isfinite(t) and t > 0 for t in times):
+            raise ValueError(f"times_ms: expected finite times above zero, got {times}")
 
     @property
     def median_ms(self) -> float:
@@ -145,8 +152,6 @@ def rates(t: Timing, *, flops: float = 0.0, bytes_moved: float = 0.0) -> dict:
     """Achieved GFLOP/s and GB/s from the median time."""
     if not isinstance(t, Timing):
         raise TypeError(f"t: expected a Timing (from benchmark), got {type(t).__name__}")
-    if t.median_ms <= 0:
-        raise ValueError("median time must be positive")
     check.finite_number(flops, "flops")
     check.finite_number(bytes_moved, "bytes_moved")
     seconds = t.median_ms * 1e-3

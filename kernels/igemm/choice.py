@@ -36,6 +36,10 @@ def fit_head_tail(ks, ms) -> tuple[float, float]:
 def k_half(head_ms: float, per_k_ms: float) -> float:
     """The K at which the fixed cost equals the main loop: half the asymptotic rate."""
     check.finite_number(per_k_ms, "per_k_ms (the time per unit of K)", positive=True)
+    if isinstance(head_ms, bool) or not isinstance(head_ms, (int, float, np.integer, np.floating)):
+        raise ValueError(f"head_ms (the fixed cost) must be a real number, got {head_ms!r}")
+    if not np.isfinite(head_ms):
+        raise ValueError(f"head_ms (the fixed cost) must be a finite number, got {head_ms!r}")
     return head_ms / per_k_ms
 
 

@@ -131,6 +131,8 @@ def require_problem(problem) -> None:
 def random_inputs(problem: Problem, rng: np.random.Generator, xp=np) -> tuple:
     """x and w uniform in [-1, 1), fp16, as ``xp`` arrays."""
     require_problem(problem)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: expected a NumPy Generator, np.random.default_rng(seed), got {type(rng).__name__}")
     x = rng.uniform(-1, 1, problem.x_shape).astype(np.float16)
     w = rng.uniform(-1, 1, problem.w_shape).astype(np.float16)
     return xp.asarray(x), xp.asarray(w)
@@ -149,6 +151,8 @@ def reference(
     Float32 is enough to judge fp16 inputs (its rounding is 2^-24 against fp16's 2^-11) and keeps the
     full problem fast on a GPU; tests on small sizes pass ``dtype=np.float64``.
     """
+    pad = check.nonnegative_int(pad, "pad")
+    stride = check.positive_int(stride, "stride")
     xp = array_module(x)
     if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[3] != x.shape[3]:
         raise ValueError(

@@ -5,6 +5,7 @@ a kernel after checking its arrays; the kernels themselves stop at the shorter a
 ``dst`` is never written past its end.
 """
 
+import numpy as np
 from numba import cuda
 
 from ..harness import check
@@ -32,6 +33,36 @@ def copy_kernel_x4(dst, src):
     while i < n:
         dst[i] = src[i]
         i += stride
+
+
+class _OneDtype:
+    """``kernel[grid, block](dst, src)`` as Numba launches it, after refusing a ``dst`` and ``src`` of two
+    dtypes: the kernel would convert each element silently (float32 into int32 truncates)."""
+
+    def __init__(self, kernel):
+        self._kernel = kernel
+
+    def __getitem__(self, config):
+        launch = self._kernel[config]
+
+        def launch_checked(dst, src):
+            kinds = [getattr(a, "dtype", None) for a in (dst, src)]
+            if None in kinds or np.dtype(kinds[0]) != np.dtype(kinds[1]):
+                raise TypeError(
+                    f"dst and src: {self._kernel.py_func.__name__} copies without converting, so both need one "
+                    f"dtype; got dst {kinds[0] or type(dst).__name__} and src {kinds[1] or type(src).__name__}"
+                )
+            return launch(dst, src)
+
+        return launch_checked
+
+    def __getattr__(self, name):  # py_func, the compiled definitions: the kernel's own
+        return getattr(self._kernel, name)
+
+
+# Launched directly too (chapter 01 does), so the check travels with the kernel.
+copy_kernel = _OneDtype(copy_kernel)
+copy_kernel_x4 = _OneDtype(copy_kernel_x4)
 
 
 def memcpy_d2d(dst, src):

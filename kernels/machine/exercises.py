@@ -1,14 +1,12 @@
 """Auto-checked exercises of the machine chapter: what the checker needs to grade them.
 
 Each exercise's label is the one of its ``{exercise}`` directive in notebooks/01_machine.ipynb.
-The published solutions, typical wrong kernels and wrong answers are in solutions.py.
+The questions' expected answers are computed in answers.py; the published solutions, typical wrong
+kernels and wrong answers are in solutions.py. The student edition has neither file.
 """
-
-import math
 
 import numpy as np
 
-from kernels.harness import quantities
 from kernels.harness.exercise import Exercise, Part, Question, register
 
 # --- machine-ex-saxpy: out = a x + y, one element per thread -------------------------------------
@@ -72,30 +70,18 @@ register(
 
 # --- machine-ex-tail: waves of one block per SM ---------------------------------------------------
 
-
-def waves(blocks: int) -> int:
-    """Time of ``blocks`` equal blocks, one per SM at a time, in units of one block's time."""
-    return math.ceil(blocks / quantities.sm_count()[0])
-
-
-def rate_one_more() -> float:
-    """The rate (blocks per unit time) of SM-count + 1 blocks, as a fraction of SM-count blocks'."""
-    sms = quantities.sm_count()[0]
-    return ((sms + 1) / waves(sms + 1)) / (sms / waves(sms))
-
-
 register(
     Question(
         label="machine-ex-tail",
         task="times of SM-count, SM-count + 1 and twice SM-count blocks, in units of t; "
         "the FMA rate at SM count + 1 blocks as a fraction of the rate at SM-count blocks",
         parts={
-            "sms_blocks_t": Part(lambda: waves(quantities.sm_count()[0]), "one block per SM: how many rounds?"),
-            "one_more_t": Part(
-                lambda: waves(quantities.sm_count()[0] + 1), "a block waits for a free SM: the last one runs alone"
+            "sms_blocks_t": Part("one block per SM: how many rounds?"),
+            "one_more_t": Part("a block waits for a free SM: the last one runs alone"),
+            "twice_t": Part("count the rounds of one block per SM"),
+            "rate_one_more": Part(
+                "rate = blocks done / time; compare with SM-count blocks in t", uses=("sms_blocks_t", "one_more_t")
             ),
-            "twice_t": Part(lambda: waves(2 * quantities.sm_count()[0]), "count the rounds of one block per SM"),
-            "rate_one_more": Part(rate_one_more, "rate = blocks done / time; compare with SM-count blocks in t"),
         },
     )
 )
@@ -103,48 +89,22 @@ register(
 
 # --- machine-ex-floor: y = a x + y on 1e8 float32 elements, on the measured ceilings ---------------
 
-FLOOR_N = 10**8
-
-
-def floor_flops() -> float:
-    return 2.0 * FLOOR_N  # one multiply and one add per element
-
-
-def floor_bytes() -> float:
-    return 12.0 * FLOOR_N  # read x and y, write y: three float32 per element
-
-
-def floor_memory_ms() -> float:
-    return floor_bytes() / (quantities.copy_gbps()[0] * 1e9) * 1e3
-
-
-def floor_compute_ms() -> float:
-    return floor_flops() / (quantities.fma_gflops()[0] * 1e9) * 1e3
-
-
 register(
     Question(
         label="machine-ex-floor",
         task="y = a x + y on 1e8 float32: FLOPs, minimum bytes, intensity (FLOP/byte), the floor in ms on the "
         "measured ceilings, 'memory' or 'compute' bound, and by what factor",
         parts={
-            "flops": Part(floor_flops, "count the multiplies and adds of one element"),
-            "bytes": Part(floor_bytes, "count every array read and every array written, in float32"),
-            "intensity": Part(lambda: floor_flops() / floor_bytes(), "FLOPs over bytes"),
+            "flops": Part("count the multiplies and adds of one element"),
+            "bytes": Part("count every array read and every array written, in float32"),
+            "intensity": Part("FLOPs over bytes", uses=("flops", "bytes")),
             "floor_ms": Part(
-                lambda: max(floor_memory_ms(), floor_compute_ms()),
                 "the larger of bytes / the measured copy rate and FLOPs / the measured FMA rate",
                 rtol=0.05,
+                uses=("flops", "bytes"),
             ),
-            "bound": Part(
-                lambda: "memory" if floor_memory_ms() > floor_compute_ms() else "compute",
-                "which of the two times is the larger?",
-            ),
-            "factor": Part(
-                lambda: max(floor_memory_ms(), floor_compute_ms()) / min(floor_memory_ms(), floor_compute_ms()),
-                "the larger time over the smaller",
-                rtol=0.05,
-            ),
+            "bound": Part("which of the two times is the larger?", uses=("flops", "bytes")),
+            "factor": Part("the larger time over the smaller", rtol=0.05, uses=("flops", "bytes")),
         },
     )
 )

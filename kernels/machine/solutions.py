@@ -1,7 +1,7 @@
 """The machine chapter's published solutions and typical wrong kernels and answers, attached to its exercises.
 
 The wrong ones are mistakes students make; the tests prove the checker fails them and says why.
-The student edition leaves this file out (scripts/student_edition.py).
+The student edition leaves this file out (submission.TEACHER_ONLY).
 """
 
 import numpy as np
@@ -9,7 +9,7 @@ from numba import cuda
 
 from kernels.harness import quantities
 from kernels.harness.exercise import attach
-from kernels.machine.exercises import floor_compute_ms, floor_memory_ms
+from kernels.machine.answers import floor_compute_ms, floor_memory_ms
 
 THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 

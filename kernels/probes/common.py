@@ -82,9 +82,10 @@ def number(problem: str) -> int:
     return int(m.group())
 
 
-def row(kernel: str, problem: str, metric: str, value: float, unit: str, **extra) -> dict:
-    """One results row (the harness's results.record columns)."""
-    return {"kernel": kernel, "problem": problem, "metric": metric, "value": float(value), "unit": unit, **extra}
+def row(kernel: str, problem: str, metric: str, value: float, unit: str) -> dict:
+    """One results row (the harness's results.record columns; a size or count it is about goes in ``problem``,
+    which ``number`` reads back)."""
+    return {"kernel": kernel, "problem": problem, "metric": metric, "value": float(value), "unit": unit}
 
 
 _clock_mhz: float | None = None

@@ -230,8 +230,8 @@ def run_fma_tail(blocks_list, *, threads: int = 1024, iters: int = 2**18 - 44, r
         rate = blocks * threads * fmas / (t.median_ms * 1e-3) / (mhz * 1e6)
         problem = f"{blocks} x {threads} threads"
         rows += [
-            row("fma tail", problem, "FMA per cycle", rate, "FMA/cycle", blocks=blocks),
-            row("fma tail", problem, "time", t.median_ms, "ms", blocks=blocks),
+            row("fma tail", problem, "FMA per cycle", rate, "FMA/cycle"),
+            row("fma tail", problem, "time", t.median_ms, "ms"),
         ]
     return rows
 
@@ -295,7 +295,7 @@ def run_registers(
             repeat=repeat,
         )
         rate = n * iters * live / (t.median_ms * 1e-3) / (mhz * 1e6) / sms
-        rows.append(row("registers", f"LIVE={live}", "FMA per cycle per SM", rate, "FMA/cycle/SM", live=live))
+        rows.append(row("registers", f"LIVE={live}", "FMA per cycle per SM", rate, "FMA/cycle/SM"))
     return rows
 
 

@@ -157,13 +157,12 @@ def measure(n: int = 2**26, *, elems=ELEMS, repeat: int = 20) -> list[dict]:
         t = timing.benchmark(lambda v=variant, o=options: store(v, buf, **o), warmup=2, repeat=repeat)
         kernel = f"store {describe(variant, options)}"
         problem = f"{n} ints, {grid} blocks of {BLOCK}"
-        extra = {"blocks": grid, "elems": options.get("elems", 1)}
         rows += [
-            row(kernel, problem, "time", t.median_ms * 1e3, "us", **extra),
-            row(kernel, problem, "bandwidth", nbytes / (t.median_ms * 1e-3) / 1e9, "GB/s", **extra),
+            row(kernel, problem, "time", t.median_ms * 1e3, "us"),
+            row(kernel, problem, "bandwidth", nbytes / (t.median_ms * 1e-3) / 1e9, "GB/s"),
         ]
     empty = common.load("launch.cu", "null_kernel")
     for grid in (plan("one per thread", n), 1):
         t = timing.benchmark(lambda g=grid: empty((g,), (BLOCK,), (buf,)), warmup=2, repeat=repeat)
-        rows.append(row("empty blocks", f"{grid} x {BLOCK} threads", "time", t.median_ms * 1e3, "us", blocks=grid))
+        rows.append(row("empty blocks", f"{grid} x {BLOCK} threads", "time", t.median_ms * 1e3, "us"))
     return rows

@@ -157,8 +157,8 @@ def run_latency_sweep(sizes, *, stride: int = 128, steps: int = 8192, l2_only: b
         del buf
         problem = f"{nbytes} B working set, stride {stride}"
         rows += [
-            row(kernel, problem, "latency", cyc, "cycles", bytes=nbytes),
-            row(kernel, problem, "latency ns", ns(cyc), "ns", bytes=nbytes),
+            row(kernel, problem, "latency", cyc, "cycles"),
+            row(kernel, problem, "latency ns", ns(cyc), "ns"),
         ]
     return rows
 
@@ -206,7 +206,7 @@ def run_cache_line(strides=(8, 16, 32, 64, 128, 256, 512), *, steps: int = 4096)
         buf = build_chain(nbytes, stride, "sequential")
         cyc = run_chase(buf, steps=steps, flush=True)
         del buf
-        rows.append(row("chase cold", f"stride {stride} B", "latency", cyc, "cycles", stride=stride))
+        rows.append(row("chase cold", f"stride {stride} B", "latency", cyc, "cycles"))
     return rows
 
 
@@ -414,6 +414,9 @@ def run_bank_conflicts(strides=range(1, 34), *, steps: int = 4096) -> list[dict]
 
 def pad_reference(x: np.ndarray, p: int) -> np.ndarray:
     """Zero padding of the last two axes by ``p``, in float64."""
+    p = check.nonnegative_int(p, "p (padding)")
+    if np.ndim(x) != 4:
+        raise ValueError(f"x: expected a 4-D array (N, C, H, W), got shape {np.shape(x)}")
     return np.pad(np.asarray(x, dtype=np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
 
 

@@ -2,7 +2,7 @@
 
 Each answer is worked out the way a student would: from the stored rows the notebook shows, or by hand
 from the exercise's data. The wrong sets are mistakes students make; the tests prove the checker fails
-them and names the part. The student edition leaves this file out (scripts/student_edition.py).
+them and names the part. The student edition leaves this file out (submission.TEACHER_ONLY).
 """
 
 import math
@@ -10,7 +10,7 @@ import math
 from kernels.harness import device, quantities
 from kernels.harness.exercise import attach
 
-from .exercises import tail_sweep
+from .answers import tail_sweep
 
 # --- probes-ex-wave -------------------------------------------------------------------------------
 

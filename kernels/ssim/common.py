@@ -151,6 +151,8 @@ def test_images(shape, *, kind: str = "random", seed=None):
     """float32 images in [0, 1]: 'random' (uniform, and a noisy copy) or 'structured' (smooth + noise).
     ``seed``: an int (the same images every time), a NumPy Generator, or None (fresh images)."""
     shape = tuple(check.positive_int(v, f"shape[{i}]") for i, v in enumerate(shape))
+    if not (seed is None or isinstance(seed, np.random.Generator)):
+        check.nonnegative_int(seed, "seed (an int >= 0, a NumPy Generator or None)")
     rng = np.random.default_rng(seed)
     if kind == "random":
         a = rng.random(shape, dtype=np.float32)
@@ -425,6 +427,7 @@ def run(
     out=None,
     derivs=None,
     check_finite: bool = False,
+    check_range: bool = True,
     tile: dict | None = None,
 ):
     """SSIM map of ``img1`` vs ``img2`` by one kernel version.
@@ -434,15 +437,20 @@ def run(
     are always (N, C, H, W), also with ``valid=True`` (``backward.run`` takes them at that size).
     ``out`` (optional) receives the full map and ``derivs`` (optional, training only: 3 arrays, in the
     order above) the derivative maps; neither may overlap the images or each other. ``tile`` overrides
-    the block shape of a Numba version.
+    the block shape of a Numba version. ``check_range`` refuses pixels outside [0, 1], the data range that
+    C1, C2 and the kernels' shift assume (far outside it, float32 cancels and the map leaves [-1, 1]); NaN
+    passes it and propagates. It costs a pass over both images: timing loops turn it off.
     """
     validate(img1, img2)
     xp = device.xp()
-    if check_finite:
-        for name, img in (("img1", img1), ("img2", img2)):
-            bad = int(xp.count_nonzero(~xp.isfinite(img)))
-            if bad:
-                raise ValueError(f"{name} has {bad} NaN/Inf values; SSIM of non-finite pixels is undefined")
+    for name, img in (("img1", img1), ("img2", img2)):
+        if check_finite and (bad := int(xp.count_nonzero(~xp.isfinite(img)))):
+            raise ValueError(f"{name} has {bad} NaN/Inf values; SSIM of non-finite pixels is undefined")
+        if check_range and (bad := int(xp.count_nonzero((img < 0) | (img > 1)))):
+            raise ValueError(
+                f"{name} has {bad} pixels outside [0, 1], the data range SSIM's constants C1 and C2 assume: "
+                "scale the images to [0, 1] first (8-bit images: divide by 255)"
+            )
     out, derivs = _outputs(img1, img2, out, derivs, training)
     module = version_module(version)
     module.launch(version, img1, img2, out, derivs, **tile_params(version, module.GPU_TILE, module.SIM_TILE, tile))
@@ -510,6 +518,8 @@ def map_sum(ssim_map):
 
 def mean(ssim_map) -> float:
     """The SSIM value: the mean of a map, accumulated in float64."""
+    if not hasattr(ssim_map, "flags") or not hasattr(ssim_map, "size"):
+        raise TypeError(f"ssim_map: expected a NumPy or CuPy array (a map from run), got {type(ssim_map).__name__}")
     if ssim_map.size == 0:
         raise ValueError(f"ssim_map: empty map of shape {tuple(ssim_map.shape)}; a mean needs at least one pixel")
     return float(map_sum(ssim_map)) / ssim_map.size

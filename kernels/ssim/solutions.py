@@ -1,7 +1,7 @@
 """The SSIM chapter's published solution and typical wrong kernels, attached to its exercises.
 
 The wrong kernels are mistakes students make; the tests prove the checker fails them and says why.
-The student edition leaves this file out (scripts/student_edition.py).
+The student edition leaves this file out (submission.TEACHER_ONLY).
 """
 
 import numpy as np
@@ -10,8 +10,8 @@ from numba import cuda, float32
 from kernels.harness.exercise import attach  # first: the harness picks the simulator
 
 from . import bench
+from .answers import pipeline_depth, train_floor
 from .common import GAUSS, RADIUS, WINDOW
-from .exercises import pipeline_depth, train_floor
 
 BX, BY = 16, 8  # small blocks: the simulator runs every thread as a Python thread
 
