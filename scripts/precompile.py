@@ -35,8 +35,9 @@ Job = tuple[str, str, tuple]  # (module, function, arguments): one build
 def conv_jobs(gpu: bool) -> list[Job]:
     """Every CUDA C++ stage with its own tile and every candidate of both autotuners on the chapter's
     problems (SPLIT, chosen at launch, builds nothing new): the model's compile and SASS, and on a GPU the
-    launch's kernel; the rate probes; the Winograd kernels, both versions."""
-    from kernels.conv import cuda_stages, model, s9_autotune, s11_halo_autotune, stored_run, winograd
+    launch's kernel; the rate probes; the Winograd kernels, both versions; on a GPU the Numba stages'
+    cubins the model reads."""
+    from kernels.conv import cuda_stages, model, registry, s9_autotune, s11_halo_autotune, stored_run, winograd
     from kernels.conv.common import PROBLEMS
 
     tiles = {(name, cuda_stages.options(tile)): (name, tile) for name, tile in cuda_stages.DEFAULTS.items()}
@@ -55,6 +56,8 @@ def conv_jobs(gpu: bool) -> list[Job]:
             if cuda_stages.unsupported(name, tile, props) is None
         ]
         jobs += [("kernels.harness.cuda_cpp", "load", ("conv/rates.cu", "latency_probe"))]  # every rate probe's module
+        numba = [s.name for s in registry.REGISTRY if s.gpu and s.language == "numba"]
+        jobs += [("kernels.conv.model", "numba_cubin", (name,)) for name in numba]
         jobs += [("kernels.conv.winograd", "load_kernels", (winograd.BKC, p)) for p in (True, False)]
     return jobs
 

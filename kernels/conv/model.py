@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..harness import cuda_cpp, device, perfmodel, sass
+from ..harness import cuda_cpp, device, disk_cache, perfmodel, sass
 from . import cuda_stages, registry
 from .common import Problem
 
@@ -100,6 +100,15 @@ def _numba_cubin(stage: str, arch: str) -> tuple[bytes, str]:
     func, signature = numba_kernel(stage)
     from numba import cuda
 
+    # On disk, named by what decides the code: the stage's module and the one it imports its Stage from,
+    # its tile, the signature, the target and the compilers (the notebooks of one run compile it once).
+    spec = registry.launched(stage)
+    sources = [Path(spec.module.__file__).read_bytes(), Path(__file__).with_name("common.py").read_bytes()]
+    ptxas = subprocess.run([_ptxas(), "--version"], capture_output=True, text=True).stdout
+    name = disk_cache.key(*sources, spec.tile, signature, arch, device.software(), ptxas)
+    if (entry := disk_cache.get("numba", name)) is not None:
+        log, cubin = disk_cache.unpack(entry)
+        return cubin, log
     cc = (int(arch[3:-1]), int(arch[-1]))
     ptx, _ = cuda.compile_ptx(func, signature, cc=cc)
     with tempfile.TemporaryDirectory() as d:
@@ -110,7 +119,9 @@ def _numba_cubin(stage: str, arch: str) -> tuple[bytes, str]:
             text=True,
             check=True,
         )
-        return Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
+        cubin, log = Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
+    disk_cache.put("numba", name, disk_cache.pack(log, cubin))
+    return cubin, log
 
 
 def cuda_stage(stage: str | registry.StageSpec) -> str:

@@ -149,8 +149,7 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
     named = [o if o != f"-I{src.parent}" else "-I<the source's folder>" for o in opts]
     name = disk_cache.key(src.name, source, _headers(src, options), named, nvrtc_version())
     if (entry := disk_cache.get("nvrtc", name)) is not None:
-        size = int.from_bytes(entry[:8], "little")
-        return Compiled(str(src), arch, entry[8 + size :], entry[8 : 8 + size].decode())
+        return Compiled(str(src), arch, *reversed(disk_cache.unpack(entry)))
     log, cubin = _nvrtc(src, source, opts)
     if b"__global__" in source and not _ENTRY.search(log):
         # NVRTC 13 sometimes answers with the cubin but no ptxas report: a compile it has seen before
@@ -158,8 +157,7 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
         # with CUDA_CACHE_DISABLE set here or a define that changes the source's hash. A new process
         # with the cache off from its start compiles for real; the resources tables need its report.
         log = _log_from_fresh_process(src, opts)
-    packed = log.encode()
-    disk_cache.put("nvrtc", name, len(packed).to_bytes(8, "little") + packed + cubin)
+    disk_cache.put("nvrtc", name, disk_cache.pack(log, cubin))
     return Compiled(str(src), arch, cubin, log)
 
 

@@ -67,3 +67,15 @@ def put(kind: str, name: str, data: bytes) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def pack(text: str, data: bytes) -> bytes:
+    """One entry of a compiler's report and its output (a cubin): the report's length first."""
+    encoded = text.encode()
+    return len(encoded).to_bytes(8, "little") + encoded + data
+
+
+def unpack(entry: bytes) -> tuple[str, bytes]:
+    """(report, output) of a ``pack``ed entry."""
+    size = int.from_bytes(entry[:8], "little")
+    return entry[8 : 8 + size].decode(), entry[8 + size :]
