@@ -467,10 +467,10 @@ def run(
 
 @lru_cache(maxsize=16)  # every case of one version's checks (up to 12 in 02b), reused by the next version
 def _case(shape, kind, seed, training):
-    """Images and their reference (on the GPU where there is one), kept for the next version."""
-    a, b = test_images(shape, kind=kind, seed=seed)
+    """Images and their reference, on the GPU where there is one, kept for the next version."""
     xp = device.xp()
-    return a, b, reference(xp.asarray(a), xp.asarray(b), training=training)
+    a, b = (xp.asarray(img) for img in test_images(shape, kind=kind, seed=seed))
+    return a, b, reference(a, b, training=training)
 
 
 def _with_seed(result: check.CheckResult, seed: int) -> check.CheckResult:
