@@ -19,7 +19,7 @@ FORCE ?= 0
 MEASURED_FIRST = machine probes_compute probes_memory
 CHAPTERS = $(MEASURED_FIRST) $(filter-out $(MEASURED_FIRST),$(shell ls notebooks/*.ipynb | grep -v _deep_ | sed -E 's|notebooks/[0-9]+[a-z]?_||; s|\.ipynb||'))
 
-.PHONY: help book test gpu-test rerun rerun-all clean book-check lab
+.PHONY: help book test gpu-test rerun rerun-all rerun-book print-chapters clean book-check lab
 
 help:
 	@echo "make lab                  JupyterLab on the notebooks, kernels in the CUDA simulator (no GPU needed)"
@@ -33,6 +33,9 @@ help:
 	@echo "                          on a GPU other than the reference one, UPDATE=1 FORCE=1);"
 	@echo "                          a notebook's name (CHAPTER=03_conv) reruns that page alone"
 	@echo "make rerun-all            every chapter, in turn ($(CHAPTERS))"
+	@echo "make rerun-book           the whole book in one sitting: the variants precompiled on every core, then every"
+	@echo "                          notebook in rerun-all's order, past a failure, each one's time and the total"
+	@echo "                          (UPDATE=1 [FORCE=1] as for rerun; ONLY=nb1,nb2; SKIP_DONE=1 resumes a run cut short)"
 	@echo "make student              build/student(.zip): the repository with the notebooks' solutions removed"
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -79,6 +82,16 @@ rerun-all: $(SETUP)
 # As root (a container's usual user) JupyterLab refuses to start unless told.
 lab: $(SETUP)
 	NUMBA_ENABLE_CUDASIM=1 $(PYTHON) -m jupyterlab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/00_first_kernels.ipynb
+
+ONLY ?=
+SKIP_DONE ?= 0
+rerun-book: $(SETUP)
+	$(PYTHON) scripts/rerun_book.py $(if $(filter 1,$(UPDATE)),--update,) $(if $(filter 1,$(FORCE)),--force-update,) \
+	  $(if $(ONLY),--only $(ONLY),) $(if $(filter 1,$(SKIP_DONE)),--skip-done,)
+
+# The chapters in rerun-all's order, for scripts/rerun_book.py.
+print-chapters:
+	@echo $(CHAPTERS)
 
 clean:
 	rm -rf _build build book/_generated

@@ -57,14 +57,22 @@ def count_rows(problems: list[str], names: list[str] | None = None) -> list[dict
     return rows
 
 
+def takes(s, p) -> bool:
+    """Whether stage ``s`` runs on problem ``p``: its vector loads need the channels in multiples."""
+    return not (p.c % s.c_multiple or p.k % s.k_multiple)
+
+
+def chosen(names: list[str] | None = None) -> list:
+    """Every GPU stage this GPU runs, or those of them named."""
+    return [s for s in stages.all_gpu(device.target_properties()) if not names or s.name in names]
+
+
 def launch_all(problem: str, names: list[str] | None = None) -> None:
     """Run every GPU stage (or those named) once on ``problem`` (for ncu or compute-sanitizer); check
     the results against the float64 reference where that takes seconds (conv1's would take minutes)."""
     p = common.PROBLEMS[problem]
-    for s in stages.all_gpu(device.target_properties()):
-        if names and s.name not in names:
-            continue
-        if p.c % s.c_multiple or p.k % s.k_multiple:
+    for s in chosen(names):
+        if not takes(s, p):
             print(f"skip {s.name}: needs C % {s.c_multiple} == 0 and K % {s.k_multiple} == 0")
         elif p.flops < 2e10:
             print(common.check_stage(s, p, seed=0))
@@ -79,24 +87,35 @@ def ncu_path(problem: str) -> Path:
     return results.gpu_folder(device.environment()["gpu_slug"]) / f"conv_ncu_{problem}.csv"
 
 
-def run_ncu(problem: str, names: list[str] | None = None) -> Path:
-    """Every stage (or those named) once on ``problem`` under Nsight Compute with the model's metrics;
-    the CSV's path. With ``names``, rows of other kernels already in the CSV are kept."""
-    args = [str(Path(__file__).resolve()), "--launch", problem, *(["--stages", *names] if names else [])]
+def run_ncu(problems: list[str], names: list[str] | None = None) -> list[Path]:
+    """Every stage (or those named) once on each of ``problems`` under Nsight Compute with the model's
+    metrics, all in one process (one start-up, one compile of the Numba stages); one CSV per problem, of
+    its launches (launch_all runs the problems one after another). With ``names``, rows of other kernels
+    already in a CSV are kept."""
+    args = [str(Path(__file__).resolve()), "--launch", *problems, *(["--stages", *names] if names else [])]
     text = check.ncu_csv(args, (*perfmodel.NCU_METRICS, *EXTRA_METRICS), "regex:conv_", "the counts")
     if text is None:
         raise RuntimeError("ncu is needed to count the stages' instructions (see the line above)")
-    path = ncu_path(problem)
-    if names and path.exists():
-        header, new = perfmodel.ncu_csv_table(text)
-        column = header.index("Kernel Name")
-        measured = {row[column] for row in new}
-        kept = [row for row in perfmodel.ncu_csv_table(path.read_text())[1] if row[column] not in measured]
+    header, rows = perfmodel.ncu_csv_table(text)
+    launch, kernel = header.index("ID"), header.index("Kernel Name")
+    order = list(dict.fromkeys(row[launch] for row in rows))  # the profiled launches, in launch order
+    counts = [sum(takes(s, common.PROBLEMS[q]) for s in chosen(names)) for q in problems]
+    if sum(counts) != len(order):
+        raise RuntimeError(f"ncu profiled {len(order)} launches; the stages on {', '.join(problems)} are {sum(counts)}")
+    paths, first = [], 0
+    for problem, n in zip(problems, counts, strict=True):
+        ids, first = set(order[first : first + n]), first + n
+        new = [row for row in rows if row[launch] in ids]
+        path = ncu_path(problem)
+        kept = []
+        if names and path.exists():
+            measured = {row[kernel] for row in new}
+            kept = [row for row in perfmodel.ncu_csv_table(path.read_text())[1] if row[kernel] not in measured]
         buffer = io.StringIO()
         csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([header, *kept, *new])
-        text = buffer.getvalue()
-    results.replace_file(path, text)
-    return path
+        results.replace_file(path, buffer.getvalue())
+        paths.append(path)
+    return paths
 
 
 def main() -> None:
@@ -113,8 +132,8 @@ def main() -> None:
             launch_all(problem, args.stages)
         return
     if args.ncu:
-        for problem in args.ncu:
-            print(f"wrote {run_ncu(problem, args.stages)}")
+        for path in run_ncu(args.ncu, args.stages):
+            print(f"wrote {path}")
         return
     env = device.environment()
     path = results.gpu_folder(env["gpu_slug"]) / "conv_counts.csv"

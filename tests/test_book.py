@@ -85,3 +85,28 @@ def test_next_from_the_landing_page_opens_chapter_00(html):
     text = (html / "book" / "intro.html").read_text()
     link = re.search(r'<a class="right-next"\s+href="([^"]+)"', text)
     assert link and link.group(1) == "../notebooks/00_first_kernels.html"
+
+# --- one run per book: one GPU, one sitting ---------------------------------------------------------------
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SITTING_S = 900  # the book reruns whole on one lent GPU in one sitting (scripts/rerun_book.py)
+
+
+@pytest.mark.xfail(strict=True, reason="the committed pages come from two GPUs until the whole book is rerun on one")
+def test_the_committed_book_is_one_gpus_run():
+    by_gpu: dict[str, list[str]] = {}
+    for nb in NOTEBOOKS:
+        gpu = nbformat.read(nb, as_version=4).metadata.get("lab_run", {}).get("gpu", "no lab_run")
+        by_gpu.setdefault(gpu, []).append(nb.stem)
+    assert len(by_gpu) == 1, "the notebooks name more than one GPU: " + "; ".join(
+        f"{gpu}: {', '.join(stems)}" for gpu, stems in sorted(by_gpu.items())
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="the committed run took longer than one sitting until the book is rerun whole")
+def test_the_committed_book_reruns_in_one_sitting():
+    seconds = {nb.stem: nbformat.read(nb, as_version=4).metadata["papermill"]["duration"] for nb in NOTEBOOKS}
+    slowest = ", ".join(f"{stem} {s:.0f} s" for stem, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:5])
+    assert sum(seconds.values()) <= SITTING_S, (
+        f"papermill's durations sum to {sum(seconds.values()):.0f} s, over {SITTING_S} s; the slowest: {slowest}"
+    )

@@ -56,6 +56,7 @@ def test_a_compile_error_is_reported_with_the_log(tmp_path):
 def test_a_cached_compile_without_its_ptxas_report_is_redone(tmp_path, monkeypatch):
     """NVRTC 13 can answer from its cache with an empty log; a compile in a fresh process brings the
     ptxas report back (the child process runs the real NVRTC, not this test's stand-in)."""
+    monkeypatch.setenv("BOOK_CACHE", str(tmp_path / "cache"))  # a compile of its own, not an earlier run's
     src = tmp_path / "k.cu"
     src.write_text('extern "C" __global__ void k(float* x) { x[0] = 1.f; }\n')
     real, calls = cuda_cpp._nvrtc, []
@@ -68,6 +69,35 @@ def test_a_cached_compile_without_its_ptxas_report_is_redone(tmp_path, monkeypat
     compiled = cuda_cpp.compile_cubin(src, "sm_80", options=("-DNONCE_OF_THIS_TEST",))
     assert len(calls) == 1 and compiled.cubin[:4] == b"\x7fELF"
     assert [r.kernel for r in compiled.resources] == ["k"]
+
+
+def test_a_compile_is_stored_once_for_every_process(tmp_path, monkeypatch):
+    """The cubin and ptxas's report go to the disk cache; a later process (here: the in-process cache
+    cleared) loads both without compiling, and a changed header is a new compile."""
+    monkeypatch.setenv("BOOK_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "h.cuh").write_text("#define VALUE 1.f\n")
+    src = tmp_path / "k.cu"
+    src.write_text('#include "h.cuh"\nextern "C" __global__ void k(float* x) { x[0] = VALUE; }\n')
+    real, calls = cuda_cpp._nvrtc, []
+
+    def counted(path, source, opts):
+        calls.append(opts)
+        return real(path, source, opts)
+
+    monkeypatch.setattr(cuda_cpp, "_nvrtc", counted)
+    first = cuda_cpp.compile_cubin(src, "sm_90")
+    cuda_cpp._compile.cache_clear()
+    again = cuda_cpp.compile_cubin(src, "sm_90")
+    assert len(calls) == 1 and (again.cubin, again.log) == (first.cubin, first.log)
+    assert [r.kernel for r in again.resources] == ["k"]
+    assert len(list((tmp_path / "cache" / "nvrtc").iterdir())) == 1  # no temporary file left behind
+    (tmp_path / "h.cuh").write_text("#define VALUE 2.f\n")
+    cuda_cpp._compile.cache_clear()
+    assert cuda_cpp.compile_cubin(src, "sm_90").cubin != first.cubin and len(calls) == 2
+    monkeypatch.setenv("BOOK_CACHE", "off")
+    cuda_cpp._compile.cache_clear()
+    cuda_cpp.compile_cubin(src, "sm_90")
+    assert len(calls) == 3
 
 
 def test_bad_arch_and_missing_file():

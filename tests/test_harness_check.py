@@ -231,3 +231,30 @@ def test_address_is_the_first_element_of_host_and_device_arrays():
 
         d = cupy.zeros(8, dtype=cupy.float32)
         assert check.address(d[2:]) == d.data.ptr + 8
+
+
+@pytest.mark.gpu
+def test_compare_on_the_gpu_gives_the_host_verdict():
+    """Two CuPy arrays are compared on the GPU: the same verdict, max error and counts of non-finite and
+    special values as on the host, the relative error to rounding."""
+    if device.MODE != device.GPU:
+        pytest.skip("needs a CUDA GPU")
+    import cupy
+
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal(10_000)
+    out = (ref + 1e-5 * rng.standard_normal(ref.size)).astype(np.float32)
+    broken, special = out.copy(), ref.copy()
+    broken[7], special[9] = np.nan, np.inf  # unwritten; where the reference is infinite
+    for got, want in ((out, ref), (broken, ref), (out, special)):
+        for atol in (1e-3, 1e-6):
+            host = check.compare(got, want, atol=atol, rtol=1e-4, name="x")
+            dev = check.compare(cupy.asarray(got), cupy.asarray(want), atol=atol, rtol=1e-4, name="x")
+            assert (dev.ok, dev.n_nonfinite, dev.n_special_mismatch) == (
+                host.ok,
+                host.n_nonfinite,
+                host.n_special_mismatch,
+            )
+            assert str(dev) == str(host)
+            if np.isfinite(host.max_abs):
+                assert dev.max_abs == host.max_abs and dev.rel_fro == pytest.approx(host.rel_fro, rel=1e-12)

@@ -40,6 +40,24 @@ def test_missing_kernel_is_a_clear_error():
     assert sass.counts(ins)["shared load"] >= 1 and sass.loops(ins)
 
 
+def test_a_cubin_is_disassembled_once_for_every_process(tmp_path, monkeypatch):
+    """The text goes to the disk cache; a later process (here: the in-process cache cleared) reads it
+    back without running the disassembler."""
+    if not sass.available():
+        pytest.skip("no nvdisasm/cuobjdump: pip install nvidia-cuda-nvdisasm")
+    monkeypatch.setenv("BOOK_CACHE", str(tmp_path))
+    cubin = cuda_cpp.compile_cubin("machine/smem_read.cu", "sm_90").cubin
+    sass.disassemble_text.cache_clear()
+    text = sass.disassemble_text(cubin)
+    assert "smem_read" in text and len(list((tmp_path / "sass").iterdir())) == 1
+    version = sass._tool_version(sass.find_tool()[1])
+    sass.disassemble_text.cache_clear()
+    monkeypatch.setattr(sass, "_tool_version", lambda path: version)
+    monkeypatch.setattr(sass.subprocess, "run", None)  # a call to the disassembler would fail
+    assert sass.disassemble_text(cubin) == text
+    sass.disassemble_text.cache_clear()
+
+
 def test_unavailable_tool_raises(monkeypatch):
     monkeypatch.setattr(sass.device, "cuda_program", lambda name: None)
     assert not sass.available()

@@ -279,3 +279,19 @@ def test_v15_shift_is_never_worse_than_the_fixed_one_on_photographs_4k(photo, di
     v11 = float(np.abs(check.to_host(run_poisoned("V11", a, b)) - ref[0]).max())
     v15 = float(np.abs(check.to_host(run_poisoned("V15", a, b)) - ref[0]).max())
     assert v15 <= 1.05 * v11, (v15, v11)  # 5%: the rounding of other pixels may come out differently
+
+
+def test_the_reference_on_the_gpu_is_the_host_one():
+    """CuPy images give the float64 reference computed on the GPU (the notebooks' large checks): the same
+    maps, derivative maps and gradient as SciPy's on the host, to float64 rounding."""
+    import cupy
+
+    a, b = common.test_images((2, 3, 61, 97), kind="structured", seed=11)
+    da, db = cupy.asarray(a), cupy.asarray(b)
+    for host, dev in zip(common.reference(a, b, training=True), common.reference(da, db, training=True), strict=True):
+        assert isinstance(dev, cupy.ndarray)
+        np.testing.assert_allclose(dev.get(), host, rtol=0, atol=1e-12)
+    g = np.random.default_rng(3).standard_normal(a.shape)
+    want = common.reference_backward(a, b, g)
+    got = common.reference_backward(da, db, cupy.asarray(g))
+    np.testing.assert_allclose(got.get(), want, rtol=0, atol=1e-12)

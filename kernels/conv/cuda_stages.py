@@ -103,6 +103,15 @@ def _kernel(name: str, opts: tuple, smem: int = 0):
     return k
 
 
+def kernel(name: str, tile: dict | None = None):
+    """Stage ``name``'s kernel for ``tile`` (default: its own), compiled for this GPU: what its launch runs
+    (scripts/precompile.py builds each one ahead of the notebooks)."""
+    check_name(name)
+    tile = tile or DEFAULTS[name]
+    check_tile(name, tile)
+    return _kernel(name, options(tile), registry.get(name).dynamic_smem_bytes(tile))
+
+
 def compile_info(name: str, tile: dict | None = None, arch: str = "sm_90"):
     """ptxas's report (registers, spills, shared memory) for one stage and tile, without a GPU."""
     check_name(name)

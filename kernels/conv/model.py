@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..harness import cuda_cpp, device, perfmodel, sass
+from ..harness import cuda_cpp, device, disk_cache, perfmodel, sass
 from . import cuda_stages, registry
 from .common import Problem
 
@@ -88,12 +88,27 @@ def numba_kernel(stage: str | registry.StageSpec) -> tuple[Callable, str]:
 def numba_cubin(stage: str | registry.StageSpec, arch: str | None = None) -> tuple[bytes, str]:
     """(cubin, ptxas log) of a Numba stage, compiled for ``arch`` (``device.target_arch()``) outside the
     simulator."""
-    func, signature = numba_kernel(stage)
+    numba_kernel(stage)  # a stage that is not Numba's is refused here
     arch = arch or device.target_arch()
     if device.MODE == device.SIM:
         raise RuntimeError("Numba's PTX needs the real numba.cuda; the simulator cannot compile kernels")
+    return _numba_cubin(registry.launched(stage).name, arch)
+
+
+@functools.cache  # each prediction of a stage reads its SASS: compile it once
+def _numba_cubin(stage: str, arch: str) -> tuple[bytes, str]:
+    func, signature = numba_kernel(stage)
     from numba import cuda
 
+    # On disk, named by what decides the code: the stage's module and the one it imports its Stage from,
+    # its tile, the signature, the target and the compilers (the notebooks of one run compile it once).
+    spec = registry.launched(stage)
+    sources = [Path(spec.module.__file__).read_bytes(), Path(__file__).with_name("common.py").read_bytes()]
+    ptxas = subprocess.run([_ptxas(), "--version"], capture_output=True, text=True).stdout
+    name = disk_cache.key(*sources, spec.tile, signature, arch, device.software(), ptxas)
+    if (entry := disk_cache.get("numba", name)) is not None:
+        log, cubin = disk_cache.unpack(entry)
+        return cubin, log
     cc = (int(arch[3:-1]), int(arch[-1]))
     ptx, _ = cuda.compile_ptx(func, signature, cc=cc)
     with tempfile.TemporaryDirectory() as d:
@@ -104,7 +119,9 @@ def numba_cubin(stage: str | registry.StageSpec, arch: str | None = None) -> tup
             text=True,
             check=True,
         )
-        return Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
+        cubin, log = Path(d, "k.cubin").read_bytes(), out.stderr + out.stdout
+    disk_cache.put("numba", name, disk_cache.pack(log, cubin))
+    return cubin, log
 
 
 def cuda_stage(stage: str | registry.StageSpec) -> str:
@@ -242,16 +259,25 @@ def tap_reuse(p: Problem, bm: int, split: int = 1) -> float:
     zero-padding taps load nothing. With ``split`` slices each block reuses only among its own slice's
     taps (tap t in slice t x split // 9: exact when split divides 9)."""
     m = np.arange(p.pixels)
-    img, rest = np.divmod(m, p.h * p.w)
-    row, col = np.divmod(rest, p.w)
-    keys = []
+    row, col = np.divmod(m % (p.h * p.w), p.w)
+    # The pixels a block loads lie within w + 1 of its own run: numbered from there, a (block, pixel) pair
+    # is one index of a dense array, and marking them counts the distinct pairs without sorting.
+    width = bm + 2 * p.w + 2
+    base = (m // bm) * width + m % bm + p.w + 1
+    slices: dict[int, list[int]] = {}
     for tap in range(9):
-        r, c = row + tap // 3 - 1, col + tap % 3 - 1
-        inside = (r >= 0) & (r < p.h) & (c >= 0) & (c < p.w)
-        owner = (m // bm) * split + tap * split // 9
-        keys.append(owner[inside] * p.pixels + ((img * p.h + r) * p.w + c)[inside])
-    keys = np.concatenate(keys)
-    return 1.0 - len(np.unique(keys)) / len(keys)
+        slices.setdefault(tap * split // 9, []).append(tap)
+    loads = distinct = 0
+    for taps in slices.values():  # slices share no loads
+        seen = np.zeros(((p.pixels - 1) // bm + 1) * width, dtype=bool)
+        for tap in taps:
+            dr, dc = tap // 3 - 1, tap % 3 - 1
+            r, c = row + dr, col + dc
+            inside = (r >= 0) & (r < p.h) & (c >= 0) & (c < p.w)
+            seen[base[inside] + dr * p.w + dc] = True
+            loads += int(np.count_nonzero(inside))
+        distinct += int(np.count_nonzero(seen))
+    return 1.0 - distinct / loads
 
 
 def resident_blocks(

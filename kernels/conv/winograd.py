@@ -89,6 +89,12 @@ def _options(bkc: int, one_pass: bool) -> tuple[str, ...]:
     return f"-DBKC={bkc}", f"-DV_ONE_PASS={int(one_pass)}"
 
 
+def load_kernels(bkc: int = BKC, one_pass: bool = True) -> tuple:
+    """(filter transform, convolution) of a build, loaded through CuPy (needs a GPU)."""
+    opts = _options(bkc, one_pass)
+    return cuda_cpp.load(FILE, FILTER_KERNEL, options=opts), cuda_cpp.load(FILE, KERNEL, options=opts)
+
+
 def tile_runs(one_pass: bool = True) -> dict[str, int]:
     """RUN and SECOND as the .cu file defines them: thread tg's 8 tiles are RUN * tg + 0..3 and, SECOND
     tiles on, 4 more."""
@@ -182,7 +188,7 @@ def stage(bkc: int = BKC, one_pass: bool = True) -> Stage:
         raise ValueError(f"bkc: a positive multiple of 8 (the transform's 8-channel groups), got {bkc!r}")
     if not isinstance(one_pass, bool):
         raise TypeError(f"one_pass: True or False, got {one_pass!r}")
-    name, opts, smem = NAME if one_pass else TWO_PASS, _options(bkc, one_pass), smem_bytes(bkc)
+    name, smem = NAME if one_pass else TWO_PASS, smem_bytes(bkc)
     kernels, u_cache = {}, {}
 
     def launch(x, f, y, p):
@@ -191,8 +197,7 @@ def stage(bkc: int = BKC, one_pass: bool = True) -> Stage:
         if smem > device.properties()["smem_per_block_optin_bytes"]:  # before CuPy's own error
             raise RuntimeError(f"{name} needs {smem} bytes of shared memory per block; this GPU allows less")
         if not kernels:
-            kernels["filter"] = cuda_cpp.load(FILE, FILTER_KERNEL, options=opts)
-            kernels["conv"] = cuda_cpp.load(FILE, KERNEL, options=opts)
+            kernels["filter"], kernels["conv"] = load_kernels(bkc, one_pass)
             kernels["conv"].max_dynamic_shared_size_bytes = smem
         x, f, y = (cupy.asarray(a) for a in (x, f, y))
         key = (p.c, p.k, cupy.cuda.Device().id)

@@ -105,9 +105,12 @@ def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "ou
     Fails on any NaN/Inf where the reference is finite, on any other value where the reference is
     NaN or +-Inf (there the output must hold the same), on max |out - ref| > atol, and (if rtol is
     given) on ||out - ref||_F / ||ref||_F > rtol. A reference with no finite element is an error.
+    Where both are CuPy arrays the comparison runs on the GPU: the same arithmetic, without copying a
+    large output and its reference to the host.
     """
-    got = _real(to_host(out), f"out ({name})")
-    want = _real(to_host(ref), f"ref ({name})")
+    xp = _module(out, ref)
+    got = _real(out if xp is not np else to_host(out), f"out ({name})")
+    want = _real(ref if xp is not np else to_host(ref), f"ref ({name})")
     finite_number(atol, f"atol ({name})")
     if rtol is not None:
         finite_number(rtol, f"rtol ({name})")
@@ -115,16 +118,16 @@ def compare(out, ref, *, atol: float, rtol: float | None = None, name: str = "ou
         raise ValueError(f"{name}: output shape {got.shape} does not match reference shape {want.shape}")
     if got.size == 0:
         raise ValueError(f"{name}: empty output; a check needs at least one element")
-    finite = np.isfinite(want)
-    if not finite.any():
+    finite = xp.isfinite(want)
+    if not bool(finite.any()):
         raise ValueError(f"{name}: the reference has no finite element; a tolerance cannot check it")
-    nonfinite = int(np.count_nonzero(~np.isfinite(got) & finite))
-    same = (got == want) | (np.isnan(got) & np.isnan(want))
-    special = int(np.count_nonzero(~finite & ~same))
-    diff = np.abs(got[finite] - want[finite])
+    nonfinite = int(xp.count_nonzero(~xp.isfinite(got) & finite))
+    same = (got == want) | (xp.isnan(got) & xp.isnan(want))
+    special = int(xp.count_nonzero(~finite & ~same))
+    diff = xp.abs(got[finite] - want[finite])
     max_abs = float(diff.max())
-    norm = float(np.linalg.norm(want[finite]))
-    rel = float(np.linalg.norm(diff) / norm) if norm > 0 else max_abs
+    norm = float(xp.linalg.norm(want[finite]))
+    rel = float(xp.linalg.norm(diff)) / norm if norm > 0 else max_abs
     ok = nonfinite == 0 and special == 0 and max_abs <= atol and (rtol is None or rel <= rtol)
     return CheckResult(name, ok, max_abs, rel, nonfinite, atol, rtol, special)
 
@@ -328,6 +331,15 @@ def ncu_csv(args: list[str], metrics, kernels: str, shown: str, timeout: int = 6
     if proc.returncode != 0 or '"Metric Name"' not in proc.stdout:
         raise RuntimeError(f"ncu failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
     return proc.stdout
+
+
+def _module(*arrays):
+    """CuPy where every one of ``arrays`` is a CuPy array (on a GPU), else NumPy."""
+    if device.MODE != device.GPU:
+        return np
+    import cupy
+
+    return cupy if all(isinstance(a, cupy.ndarray) for a in arrays) else np
 
 
 def _real(a: np.ndarray, what: str) -> np.ndarray:

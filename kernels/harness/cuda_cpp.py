@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import device
+from . import device, disk_cache
 
 KERNELS = Path(__file__).resolve().parents[1]
 TARGETS = ("sm_80", "sm_90")
@@ -108,6 +108,30 @@ def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) ->
     return _compile(str(src), src.read_bytes(), arch, tuple(options))
 
 
+HEADERS = (".cuh", ".h", ".hpp")
+
+
+def _headers(src: Path, options: tuple) -> list[tuple[int, str, bytes]]:
+    """(folder's place on the include path, name, bytes) of every header a compile of ``src`` can include
+    from its own folder or one that ``options`` adds with -I: what, beside the source, decides the cubin."""
+    folders = [src.parent] + [Path(o[2:]) for o in options if o.startswith("-I")]
+    return [
+        (n, f.name, f.read_bytes())
+        for n, d in enumerate(folders)
+        if d.is_dir()
+        for f in sorted(d.iterdir())
+        if f.suffix in HEADERS and f.is_file()
+    ]
+
+
+@cache
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    return major, minor
+
+
 @cache
 def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
     src = Path(path)
@@ -119,6 +143,13 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
         f"-I{src.parent}",
         *(f"-I{d}" for d in include_dirs()),
     ]
+    # One entry on disk per source, headers, options and compiler: later processes (the other notebooks,
+    # a rerun) load the cubin and ptxas's report instead of compiling again.
+    # Named by content, not by folder: a copy of a source in a temporary folder (bench.hot_loop's) is found again.
+    named = [o if o != f"-I{src.parent}" else "-I<the source's folder>" for o in opts]
+    name = disk_cache.key(src.name, source, _headers(src, options), named, nvrtc_version())
+    if (entry := disk_cache.get("nvrtc", name)) is not None:
+        return Compiled(str(src), arch, *reversed(disk_cache.unpack(entry)))
     log, cubin = _nvrtc(src, source, opts)
     if b"__global__" in source and not _ENTRY.search(log):
         # NVRTC 13 sometimes answers with the cubin but no ptxas report: a compile it has seen before
@@ -126,6 +157,7 @@ def _compile(path: str, source: bytes, arch: str, options: tuple) -> Compiled:
         # with CUDA_CACHE_DISABLE set here or a define that changes the source's hash. A new process
         # with the cache off from its start compiles for real; the resources tables need its report.
         log = _log_from_fresh_process(src, opts)
+    disk_cache.put("nvrtc", name, disk_cache.pack(log, cubin))
     return Compiled(str(src), arch, cubin, log)
 
 

@@ -16,6 +16,7 @@ Everything here is arithmetic and text parsing: it runs, and is tested, without 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import re
@@ -446,11 +447,17 @@ def parse_sass(text: str, kernel: str | None = None) -> list[sass.Instruction]:
 
     Padding after the last EXIT or branch (the NOP tail) is dropped: it never executes.
     """
+    return list(_parse_sass(text, kernel))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_sass(text: str, kernel: str | None) -> tuple[sass.Instruction, ...]:
+    """``parse_sass``, once per text: the model reads one kernel's SASS for many predictions."""
     instructions = sass.select(sass.parse(text), kernel, "the SASS text")
     ends = [i for i, ins in enumerate(instructions) if ins.base in ("EXIT", "BRA", "RET")]
     if not ends:
         raise ValueError("no SASS instructions (or no EXIT) found in the text")
-    return instructions[: ends[-1] + 1]
+    return tuple(instructions[: ends[-1] + 1])
 
 
 def find_loops(instructions: list[sass.Instruction]) -> list[Loop]:
@@ -646,66 +653,121 @@ def scheduler_cycles(
         raise ValueError("empty loop body")
     if warps < 1 or warps_per_block < 1 or warps % warps_per_block:
         raise ValueError(f"need warps >= 1, a multiple of warps_per_block >= 1; got {warps}, {warps_per_block}")
-    operands = [register_operands(ins) for ins in body]
-    slot = [1.0] * len(body)
+    # The notebooks ask for the same (body, latencies, warps, ...) many times (a stage's prediction with
+    # and without held slots, several rules): simulate each once per process.
+    return _simulate(tuple(body), lat, warps, warps_per_block, iterations, slot_weights, spread)
+
+
+# Kinds of instruction the scoreboard treats specially (``_simulate``).
+_PLAIN, _COPY, _COMMIT, _WAIT, _BARRIER = range(5)
+_KIND = {"LDGSTS": _COPY, "LDGDEPBAR": _COMMIT, "DEPBAR": _WAIT, "BAR": _BARRIER}
+
+
+@functools.lru_cache(maxsize=4096)
+def _simulate(
+    body: tuple, lat: Latencies, warps: int, warps_per_block: int, iterations: int, slot_weights, spread: bool
+) -> float:
+    """``scheduler_cycles``' simulation. Each instruction's operands, latency and slots are worked out once
+    (registers numbered, read from lists), and a warp's earliest issue time is kept between cycles: it
+    changes only when that warp issues or its barrier releases it."""
+    n = len(body)
+    number: dict[str, int] = {}
+    per_class = {"fp32": 1.0, "ldst": 1.0, "other": 1.0}
     if slot_weights is not None:
         per_class = {"fp32": slot_weights.compute, "ldst": slot_weights.ldst, "other": slot_weights.other}
-        slot = [per_class[classify(ins.opcode, ins.predicate)] for ins in body]
+    seen: dict[int, tuple] = {}  # an unrolled body repeats its inner loops' instructions: work each out once
+    for ins in body:
+        if id(ins) not in seen:
+            w_names, r_names = register_operands(ins)
+            seen[id(ins)] = (
+                tuple(number.setdefault(r, len(number)) for r in r_names),
+                tuple(number.setdefault(r, len(number)) for r in w_names),
+                latency_of(ins, lat),
+                ins.base in GLOBAL_LATENCY_OPS or ins.base in SHARED_LATENCY_OPS,  # a load: no overtaking
+                _KIND.get(ins.base, _PLAIN),
+                _depbar_keep(ins) if ins.base == "DEPBAR" else 0,
+                per_class[classify(ins.opcode, ins.predicate)],
+            )
+    reads, writes, latency, lands, kind, keep, slot = (
+        list(column) for column in zip(*(seen[id(i)] for i in body), strict=True)
+    )
     blocks = warps // warps_per_block
-    first = [(w // warps_per_block) * len(body) // blocks if spread else 0 for w in range(warps)]
+    first = [(w // warps_per_block) * n // blocks if spread else 0 for w in range(warps)]
+    last_pc = [f + n * iterations for f in first]
     pc = list(first)
-    ready = [dict() for _ in range(warps)]  # register -> cycle its value can be read
-    loading = [dict() for _ in range(warps)]  # register -> cycle a load's write lands (no overtaking)
+    ready = [[0.0] * len(number) for _ in range(warps)]  # register -> cycle its value can be read
+    loading = [[0.0] * len(number) for _ in range(warps)]  # register -> cycle a load's write lands
     groups = [[] for _ in range(warps)]  # landing times of committed cp.async groups, oldest first
     pending = [0.0] * warps  # latest landing of cp.asyncs not yet committed
     hold = [0.0] * warps  # earliest cycle the warp may issue again (barrier, DEPBAR)
+    in_barrier = [False] * warps
     at_barrier: dict[int, list[int]] = {}  # block -> warps waiting in its barrier
     iteration_end = [[0.0] * iterations for _ in range(warps)]
+    inf = math.inf
 
     def issue_time(w: int) -> float:
-        if pc[w] >= first[w] + len(body) * iterations or any(w in waiting for waiting in at_barrier.values()):
-            return math.inf
-        ins = body[pc[w] % len(body)]
-        writes, reads = operands[pc[w] % len(body)]
-        t = max([hold[w]] + [ready[w].get(r, 0.0) for r in reads] + [loading[w].get(r, 0.0) for r in writes])
-        if ins.base == "DEPBAR":
-            t = max([t] + groups[w][: max(0, len(groups[w]) - _depbar_keep(ins))])
+        if pc[w] >= last_pc[w] or in_barrier[w]:
+            return inf
+        k = pc[w] % n
+        t = hold[w]
+        ready_w, loading_w = ready[w], loading[w]
+        for r in reads[k]:
+            if ready_w[r] > t:
+                t = ready_w[r]
+        for r in writes[k]:
+            if loading_w[r] > t:
+                t = loading_w[r]
+        if kind[k] == _WAIT:
+            g = groups[w]
+            for x in g[: max(0, len(g) - keep[k])]:
+                if x > t:
+                    t = x
         return t
 
+    times = [issue_time(w) for w in range(warps)]
     now, last = 0.0, -1
     while True:
-        times = [issue_time(w) for w in range(warps)]
-        if min(times) == math.inf:
+        soonest = min(times)
+        if soonest == inf:
             break
-        now = max(now, min(times))
-        w = next(v for v in ((last + 1 + k) % warps for k in range(warps)) if times[v] <= now)
-        ins = body[pc[w] % len(body)]
-        writes, _ = operands[pc[w] % len(body)]
-        done = now + latency_of(ins, lat)
-        for r in writes:
+        if soonest > now:
+            now = soonest
+        w = last
+        while True:  # the next ready warp after the last one that issued
+            w = w + 1 if w + 1 < warps else 0
+            if times[w] <= now:
+                break
+        k = pc[w] % n
+        done = now + latency[k]
+        for r in writes[k]:
             ready[w][r] = done
-            if ins.base in GLOBAL_LATENCY_OPS or ins.base in SHARED_LATENCY_OPS:
+            if lands[k]:
                 loading[w][r] = done
-        if ins.base == "LDGSTS":
+        if kind[k] == _COPY:
             pending[w] = max(pending[w], now + lat.global_)
-        elif ins.base == "LDGDEPBAR":
+        elif kind[k] == _COMMIT:
             groups[w].append(pending[w])
-        elif ins.base == "DEPBAR":
-            keep = _depbar_keep(ins)
-            groups[w] = groups[w][max(0, len(groups[w]) - keep) :] if keep else []
-        busy = slot[pc[w] % len(body)]
+        elif kind[k] == _WAIT:
+            groups[w] = groups[w][max(0, len(groups[w]) - keep[k]) :] if keep[k] else []
+        busy = slot[k]
         hold[w] = now + busy
         pc[w] += 1
-        if (pc[w] - first[w]) % len(body) == 0:
-            iteration_end[w][(pc[w] - first[w]) // len(body) - 1] = now + busy
-        if ins.base == "BAR":
+        if (pc[w] - first[w]) % n == 0:
+            iteration_end[w][(pc[w] - first[w]) // n - 1] = now + busy
+        released = ()
+        if kind[k] == _BARRIER:
             block = w // warps_per_block
             waiting = at_barrier.setdefault(block, [])
             waiting.append(w)
+            in_barrier[w] = True
             if len(waiting) == warps_per_block:
                 for v in waiting:
                     hold[v] = now + lat.barrier
-                del at_barrier[block]
+                    in_barrier[v] = False
+                released = at_barrier.pop(block)
+        times[w] = issue_time(w)
+        for v in released:
+            times[v] = issue_time(v)
         last, now = w, now + busy  # one issue per cycle, held for the instruction's slots
     ends = [max(e[i] for e in iteration_end) for i in range(iterations)]
     return (ends[-1] - ends[0]) / (iterations - 1) if iterations > 1 else ends[-1]

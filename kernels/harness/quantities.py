@@ -8,18 +8,39 @@ GPU that measured it, so the prose can say where a number comes from.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 from . import device, results
+
+
+def _this_gpu() -> str:
+    """This GPU's results folder, from its properties (read once): a model asks for these quantities
+    hundreds of times, and ``device.environment()`` runs nvidia-smi and git on every call."""
+    return device.slug(device.properties()["name"])
+
+
+def _load(chapter: str, slug: str) -> tuple[dict, ...]:
+    """``results.load``, read again only when one of the files it may read has changed."""
+    paths = (Path(results.RESULTS) / slug / f"{chapter}.csv", results.REPOSITORY / slug / f"{chapter}.csv")
+    stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None for p in paths)
+    return _read(chapter, slug, str(results.RESULTS), stamps)
+
+
+@functools.lru_cache(maxsize=64)
+def _read(chapter: str, slug: str, _folder: str, _stamps: tuple) -> tuple[dict, ...]:
+    return tuple(results.load(chapter, slug))
 
 
 def stored(chapter: str, kernel: str, metric: str, problem: str | None = None) -> tuple[float, str]:
     """(value, GPU name) of the newest row of (kernel, metric[, problem]) in ``chapter``'s results."""
     slugs = [results.REFERENCE_GPU]
     if device.on_gpu():
-        slugs.insert(0, device.environment()["gpu_slug"])
+        slugs.insert(0, _this_gpu())
     for slug in slugs:
         rows = [
             r
-            for r in results.load(chapter, slug)
+            for r in _load(chapter, slug)
             if r["kernel"] == kernel and r["metric"] == metric and problem in (None, r["problem"])
         ]
         if rows:
@@ -55,7 +76,7 @@ def host_clock_mhz() -> tuple[float, str]:
 
 def copy_gbps() -> tuple[float, str]:
     """The driver's device-to-device copy on the largest buffer the machine chapter times (read + write)."""
-    rows = [r for r in results.load("machine", _machine_gpu()) if r["kernel"] == "memcpy"]
+    rows = [r for r in _load("machine", _machine_gpu()) if r["kernel"] == "memcpy"]
     if not rows:
         raise LookupError("no stored memcpy rows: run the machine chapter on a GPU")
     newest = max(r["date"] for r in rows)
@@ -84,7 +105,7 @@ def sm_count() -> tuple[int, str]:
 
 def _machine_gpu() -> str:
     if device.on_gpu():
-        slug = device.environment()["gpu_slug"]
-        if any(r["kernel"] == "memcpy" for r in results.load("machine", slug)):
+        slug = _this_gpu()
+        if any(r["kernel"] == "memcpy" for r in _load("machine", slug)):
             return slug
     return results.REFERENCE_GPU

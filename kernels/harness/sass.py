@@ -9,6 +9,7 @@ with the CUDA toolkit (``/usr/local/cuda/bin``) and, for CPU machines, in the Py
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import tempfile
@@ -16,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import device
+from . import device, disk_cache
 
 # Instruction classes a probe's evidence is about: name -> opcode prefix (the part before the first dot).
 CLASSES = {
@@ -45,7 +46,7 @@ class Instruction:
     operands: str
     label: str  # the label that precedes this instruction, if any ("" otherwise)
 
-    @property
+    @functools.cached_property  # read for every instruction of every simulated cycle
     def base(self) -> str:
         """The opcode without modifiers: "LDG.E.64" -> "LDG"."""
         return self.opcode.split(".")[0]
@@ -82,9 +83,22 @@ def available() -> bool:
         return False
 
 
+@functools.cache
+def _tool_version(path: str) -> str:
+    """The disassembler's own version line(s): part of a cached disassembly's name."""
+    try:
+        return subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SassUnavailable(f"{path} could not run: {e}") from e
+
+
+@functools.lru_cache(maxsize=256)
 def disassemble_text(cubin: bytes) -> str:
-    """The raw disassembly of a cubin (all kernels)."""
+    """The raw disassembly of a cubin (all kernels); each cubin is disassembled once (disk_cache)."""
     name, path = find_tool()
+    entry = disk_cache.key(cubin, name, _tool_version(path))
+    if (text := disk_cache.get("sass", entry)) is not None:
+        return text.decode()
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "kernel.cubin"
         f.write_bytes(cubin)
@@ -95,6 +109,7 @@ def disassemble_text(cubin: bytes) -> str:
             raise SassUnavailable(f"{name} could not run: {e}") from e
     if out.returncode != 0:
         raise SassUnavailable(f"{name} failed on the cubin: {out.stderr.strip()[:500]}")
+    disk_cache.put("sass", entry, out.stdout.encode())
     return out.stdout
 
 

@@ -77,15 +77,27 @@ def problem_sizes(profile: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
-# float64 reference (NumPy + SciPy, vectorized)
+# float64 reference (NumPy + SciPy, vectorized; the same on the GPU with CuPy for CuPy arrays)
+
+
+def array_module(x):
+    """CuPy for a CuPy array (on a GPU), else NumPy: the reference runs where its images are."""
+    if device.MODE != device.GPU:
+        return np
+    import cupy
+
+    return cupy.get_array_module(x)
 
 
 def blur(x: np.ndarray) -> np.ndarray:
-    """Separable Gaussian over the last two axes with zero padding, in float64."""
-    from scipy.ndimage import correlate1d
-
-    g = gaussian_weights()
-    x = np.asarray(x, dtype=np.float64)
+    """Separable Gaussian over the last two axes with zero padding, in float64 (with CuPy for a CuPy array)."""
+    xp = array_module(x)
+    if xp is np:
+        from scipy.ndimage import correlate1d
+    else:
+        from cupyx.scipy.ndimage import correlate1d
+    g = xp.asarray(gaussian_weights())
+    x = xp.asarray(x, dtype=np.float64)
     return correlate1d(correlate1d(x, g, axis=-1, mode="constant"), g, axis=-2, mode="constant")
 
 
@@ -109,8 +121,10 @@ def terms(mu1, mu2, ex2, ey2, exy):
 
 
 def reference(img1, img2, *, training: bool = False):
-    """float64 SSIM map ('same', zero padding); with training=True also the three derivative maps."""
-    x, y = np.asarray(img1, np.float64), np.asarray(img2, np.float64)
+    """float64 SSIM map ('same', zero padding); with training=True also the three derivative maps. CuPy
+    images give CuPy maps, computed on the GPU (the large checks' references: seconds on the host)."""
+    xp = array_module(img1)
+    x, y = xp.asarray(img1, np.float64), xp.asarray(img2, np.float64)
     out = terms(blur(x), blur(y), blur(x * x), blur(y * y), blur(x * y))
     return out if training else out[0]
 
@@ -122,7 +136,8 @@ def reference_backward(img1, img2, grad_map, *, wrt: str = "img1"):
         raise ValueError(f"wrt: expected 'img1' or 'img2', got {wrt!r}")
     if wrt == "img2":
         img1, img2 = img2, img1
-    x, y, g = (np.asarray(a, np.float64) for a in (img1, img2, grad_map))
+    xp = array_module(img1)
+    x, y, g = (xp.asarray(a, np.float64) for a in (img1, img2, grad_map))
     _, dmu1, ds11, ds12 = reference(x, y, training=True)
     # The blur with zero padding and a symmetric window is its own adjoint.
     return blur(g * dmu1) + 2 * x * blur(g * ds11) + y * blur(g * ds12)
@@ -460,8 +475,9 @@ def run(
 
 @lru_cache(maxsize=16)  # every case of one version's checks (up to 12 in 02b), reused by the next version
 def _case(shape, kind, seed, training):
-    """Images and their reference, kept for the next version: the large references take seconds."""
-    a, b = test_images(shape, kind=kind, seed=seed)
+    """Images and their reference, on the GPU where there is one, kept for the next version."""
+    xp = device.xp()
+    a, b = (xp.asarray(img) for img in test_images(shape, kind=kind, seed=seed))
     return a, b, reference(a, b, training=training)
 
 
@@ -498,12 +514,14 @@ def verify(version: str, shapes, kinds=("random", "structured"), *, training: bo
             label = f"{version} {'x'.join(map(str, shape))} {kind}"
             if training:
                 for g, r, name in zip(got, ref, ("map", *DERIV_NAMES), strict=True):
-                    atol = MAP_ATOL * max(1.0, float(np.abs(r).max()))
+                    atol = MAP_ATOL * max(1.0, float(abs(r).max()))
                     result = check.compare(g, r, atol=atol, name=f"{label} {name} (atol relative to max)")
                     lines.append(str(_with_seed(result, case_seed)))
                 continue
             lines.append(str(_with_seed(check.compare(got, ref, atol=MAP_ATOL, name=f"{label} map"), case_seed)))
-            result = check.compare(np.array([mean(got)]), np.array([ref.mean()]), atol=MEAN_ATOL, name=f"{label} mean")
+            result = check.compare(
+                np.array([mean(got)]), np.array([float(ref.mean())]), atol=MEAN_ATOL, name=f"{label} mean"
+            )
             lines.append(str(_with_seed(result, case_seed)))
     return lines
 
@@ -567,7 +585,7 @@ def fused_checks(version: str, shapes, seed: int = 100) -> list:
         case_seed = seed + len(found)
         a, b, ref = _case(tuple(shape), "random", case_seed, False)
         for valid in (False, True):
-            want = (crop_valid(ref) if valid else ref).mean()
+            want = mean(crop_valid(ref) if valid else ref)  # map_sum: a strided view summed row by row
             got = fused_mean(version, xp.asarray(a), xp.asarray(b), valid=valid)
             label = f"{version} {'x'.join(map(str, shape))} fused {'valid-map ' if valid else ''}mean"
             found.append(
