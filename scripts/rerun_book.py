@@ -77,30 +77,9 @@ def save_state(path: Path, commit: str, done: dict) -> None:
     os.replace(tmp, path)
 
 
-def execute(nb: Path, target: Path, lab_run: dict) -> float:
-    """Run ``nb`` with papermill (profile "full") into ``target``, its papermill parameters hidden and the
-    run's machine in its metadata, as scripts/rerun.py does for one chapter; papermill's duration in seconds."""
-    import nbformat
-    import papermill
-
-    papermill.execute_notebook(
-        str(nb),
-        str(target),
-        parameters={"profile": "full"},
-        cwd=str(nb.parent),
-        kernel_name="python3",
-        progress_bar=False,
-    )
-    executed = nbformat.read(target, as_version=4)
-    for cell in executed.cells:  # papermill's copy of the parameters: the book shows the original only
-        if "injected-parameters" in cell.metadata.get("tags", []) and "remove-cell" not in cell.metadata.tags:
-            cell.metadata.tags.append("remove-cell")
-    executed.metadata["lab_run"] = lab_run
-    nbformat.write(executed, target)
-    return float(executed.metadata.get("papermill", {}).get("duration") or 0.0)
-
-
 def main(argv: list[str] | None = None) -> int:
+    import nbformat
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--update", action="store_true", help="write the executed notebooks over the committed ones")
     parser.add_argument("--force-update", action="store_true", help="--update on a GPU other than the reference GPU")
@@ -124,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         k: env.get(k)
         for k in ("gpu", "cc", "driver", "cuda_runtime", "commit", "date", "max_sm_clock_mhz", "max_mem_clock_mhz")
     } | {"software": device.software()}
-    out_dir = ROOT / "build" / "rerun" / mine
+    out_dir = rerun.staging(Path("book"), lab_run).parent  # where rerun.execute puts each executed copy
     out_dir.mkdir(parents=True, exist_ok=True)
     state_path = out_dir / STATE
     done = load_state(state_path, env["commit"]) if args.skip_done else {}
@@ -138,18 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{nb.stem:45s} done earlier in this run ({done[nb.stem]:.1f} s)", flush=True)
             durations[nb.stem] = done[nb.stem]
             continue
-        target = nb if args.update else out_dir / nb.name
         start = time.perf_counter()
-        try:
-            seconds = execute(nb, target, lab_run)
-        except Exception as e:  # the next notebook still runs; the failures are listed at the end
+        try:  # executes into out_dir; with --update, renamed over the committed notebook only if it ran clean
+            rerun.execute(nb, nb if args.update else out_dir / nb.name, lab_run)
+        except (Exception, SystemExit) as e:  # the next notebook still runs; the failures are listed at the end
             failed.append(nb.stem)
-            print(f"{nb.stem:45s} FAILED after {time.perf_counter() - start:.1f} s: {type(e).__name__}", flush=True)
+            print(f"{nb.stem:45s} FAILED after {time.perf_counter() - start:.1f} s", flush=True)
             print("\n".join(str(e).strip().splitlines()[-6:]), flush=True)
             continue
+        executed = nbformat.read(out_dir / nb.name, as_version=4)
+        seconds = float(executed.metadata.get("papermill", {}).get("duration") or 0.0)
         durations[nb.stem] = done[nb.stem] = seconds
-        if args.update:  # --skip-done finds the executed copy in the output folder either way
-            (out_dir / nb.name).write_bytes(target.read_bytes())
         save_state(state_path, env["commit"], done)
         print(f"{nb.stem:45s} {seconds:7.1f} s", flush=True)
     print(f"\n{'total':45s} {sum(durations.values()):7.1f} s ({len(durations)} notebooks on {env['gpu']})")
