@@ -55,8 +55,14 @@ def dram_latency_ns() -> tuple[float, str]:
 
 
 def fma_latency_cycles() -> tuple[float, str]:
-    """One FP32 FMA's latency: a dependent chain's cycles per FMA (the compute probes' math table)."""
-    return stored("probes", "math", "latency", "FFMA (baseline)")
+    """One FP32 FMA's latency: the cycles between a warp's dependent FFMAs with one warp per scheduler (the
+    machine chapter's chain, ``compute.chain_latency_cycles``), not a loop's step, which adds its branch."""
+    from kernels.probes import compute
+
+    rate, gpu = stored("probes", f"fma {compute.LATENCY_VARIANT}", "FMA per cycle per SM", compute.LATENCY_PROBLEM)
+    return compute.chain_latency_cycles(
+        [{"kernel": f"fma {compute.LATENCY_VARIANT}", "problem": compute.LATENCY_PROBLEM, "value": rate}]
+    ), gpu
 
 
 def empty_kernel_us() -> tuple[float, str]:

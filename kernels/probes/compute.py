@@ -197,16 +197,16 @@ def run_fma(variants, threads_list, *, blocks: int = 1, iters: int = 2**19 - 88,
 
 
 LATENCY_VARIANT, LATENCY_THREADS = "v2 double loop", 128  # one warp per scheduler, 100 dependent FFMAs per trip
+LATENCY_PROBLEM = f"1 x {LATENCY_THREADS} threads"  # run_fma's name of one block of LATENCY_THREADS
 
 
 def chain_latency_cycles(rows: list[dict]) -> float:
     """The cycles between one warp's dependent FFMAs: ``run_fma`` rows of LATENCY_VARIANT with one block of
     LATENCY_THREADS threads, one warp on each scheduler. A warp issues an FFMA only once the previous one's
     result is ready, so each scheduler issues 32 FMAs every latency: 4 x 32 / (FMA per cycle per SM)."""
-    problem = f"1 x {LATENCY_THREADS} threads"
-    found = [r for r in rows if r["kernel"] == f"fma {LATENCY_VARIANT}" and r["problem"] == problem]
+    found = [r for r in rows if r["kernel"] == f"fma {LATENCY_VARIANT}" and r["problem"] == LATENCY_PROBLEM]
     if not found:
-        raise ValueError(f"rows: no row of fma {LATENCY_VARIANT} at {problem} (run_fma's, with one block)")
+        raise ValueError(f"rows: no row of fma {LATENCY_VARIANT} at {LATENCY_PROBLEM} (run_fma's, with one block)")
     return SCHEDULERS_PER_SM * WARP / float(found[-1]["value"])
 
 
