@@ -8,6 +8,7 @@ import pytest
 from numba import cuda  # conftest.py imported the harness first: it picks the simulator
 
 from kernels.harness import device, exercise, grading
+from kernels.harness.cuda_exercise import CudaExercise, SassRule, opcodes
 
 EXERCISES = exercise.all_exercises()
 SOLUTIONS = exercise.all_solutions()  # none in the student edition: the tests that run them are skipped
@@ -59,10 +60,21 @@ def access_only(ex, report) -> bool:
     return device.on_gpu() and recorded
 
 
+def results_only(ex, words) -> bool:
+    """A CUDA C++ kernel runs on a GPU only: in the simulator the checker reads its SASS, so a mistake in its results
+    (words that name none of its SASS rules) shows on a GPU only."""
+    sass_words = any(rule.what in words for rule in getattr(ex, "sass", ()))
+    return isinstance(ex, CudaExercise) and not device.on_gpu() and not sass_words
+
+
 @pytest.mark.parametrize("label,name", WRONG)
 def test_wrong_kernel_fails_and_says_why(label, name, rng):
     launch, words = SOLUTIONS[label].wrong[name]
     ex = exercise.get(label)
+    if results_only(ex, words):
+        report = ex.check(launch, rng=rng)
+        assert report.ok and "its results are checked on a GPU only" in report.lines[-1], str(report)
+        pytest.skip(f"{name!r}: a mistake in a CUDA C++ kernel's results shows on a GPU only")
     report = ex.check(launch, rng=rng)
     if access_only(ex, report):
         pytest.skip(f"{name!r}: the simulator's access recorder explains this mistake, not a GPU")
@@ -827,3 +839,120 @@ def test_every_question_has_its_answers_and_exercises_py_computes_none():
             assert set(exercise._teacher_answers(q.label)) == set(q.parts)
     for path in exercise.KERNELS.glob("*/exercises.py"):
         assert "answers(" not in path.read_text(), f"{path}: expected answers belong in answers.py"
+
+
+# --- what an exercise asks beyond its results: a read budget, a fixed grid --------------------------------------
+
+
+@cuda.jit
+def copy_reading(out, x, reads):
+    i = cuda.grid(1)
+    if i < out.size:
+        acc = x[i]
+        for _ in range(reads - 1):  # the same element again: what a tile in registers would save
+            acc = x[i]
+        out[i] = acc
+
+
+def copy_exercise(**kw):
+    return exercise.Exercise("test-ex-copy", "out = x", copy_inputs, identity, sizes=(37, 100), atol=0, **kw)
+
+
+def test_a_read_budget_fails_a_kernel_that_reads_too_often_and_counts_one_that_does_not(rng):
+    if device.on_gpu():
+        pytest.skip("the reads are counted in the simulator")
+    budget = exercise.ReadBudget(per=1.5, work=lambda x: x.size, unit="output", hint="read each element once")
+    ex = copy_exercise(reads=budget)
+    report = ex.check(lambda out, x: copy_reading[(out.size + 31) // 32, 32](out, x, 3), rng=rng)
+    assert not report.ok
+    assert "the kernel read its inputs 3.00 times per output where at most 1.5 would do" in str(report), str(report)
+    assert "Likely: read each element once" in str(report)
+    report = ex.check(lambda out, x: copy_reading[(out.size + 31) // 32, 32](out, x, 1), rng=rng)
+    assert report.ok and "global reads (counted in the simulator): at most 1.00 per output" in str(report)
+
+
+def test_a_fixed_grid_fails_a_launch_with_more_threads(rng):
+    ex = copy_exercise(max_threads=64)
+    report = ex.check(lambda out, x: copy_reading[(out.size + 31) // 32, 32](out, x, 1), rng=rng)
+    assert not report.ok and "the launch ran 128 threads where this exercise allows at most 64" in str(report)
+    assert ex.check(lambda out, x: copy_reading[2, 32](out, x, 1), rng=rng).ok is False  # 64 threads, 100 outputs
+
+
+# --- CUDA C++ exercises: compiled everywhere, their SASS read; run on a GPU ---------------------------------------
+
+LOCAL_ARRAY = r"""
+extern "C" __global__ void pick(const float* x, float* y, int n) {
+    float slots[32];  // written and read at run-time indices: in local memory
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = 0; i < n; ++i) slots[i % 32] = x[i % 32];
+    if (t < n) y[t] = slots[t % 32];
+}
+"""
+
+
+def pick_exercise() -> CudaExercise:
+    return CudaExercise(
+        "test-ex-pick",
+        "y[t] = x[t % 32]",
+        kernel="pick",
+        launch=lambda kernel, y, x: kernel((1,), (64,), (x, y, np.int32(y.size))),
+        make_inputs=lambda rng, n: (rng.standard_normal(32).astype(np.float32),),
+        reference=lambda x: np.resize(x, 50).astype(np.float64),
+        sizes=(50,),
+        atol=0,
+        sass=(SassRule("local-memory loads and stores (LDL, STL)", opcodes("LDL", "STL"), most=0, hint="no array"),),
+    )
+
+
+def test_a_cuda_kernel_whose_sass_misses_a_rule_fails_and_says_which():
+    if device.on_gpu():
+        pytest.skip("on a GPU the kernel runs too: the simulator's verdict is the SASS alone")
+    report = pick_exercise().check(LOCAL_ARRAY)
+    assert not report.ok and "it compiles, but its SASS misses what the exercise asks" in str(report), str(report)
+    assert "local-memory loads and stores (LDL, STL); the exercise wants none. Likely: no array" in str(report)
+    assert report.lines[-1] == "  (its results are checked on a GPU only)"
+    exercise.set_grading(True)
+    try:
+        assert "Likely" not in str(pick_exercise().check(LOCAL_ARRAY))
+    finally:
+        exercise.set_grading(False)
+
+
+def test_a_cuda_kernel_that_does_not_compile_or_is_missing_fails_with_the_reason():
+    ex = pick_exercise()
+    report = ex.check('extern "C" __global__ void pick(const float* x) { int a = ; }')
+    assert not report.ok and report.lines[0].startswith("FAIL  test-ex-pick: the kernel does not compile for sm_")
+    assert any("error: expected an expression" in line for line in report.lines), str(report)
+    report = ex.check('extern "C" __global__ void other(float* y) { }')
+    assert not report.ok and 'the source has no kernel `pick`: keep the starter\'s extern "C"' in str(report)
+    with pytest.raises(TypeError, match="expected the kernel's CUDA C.. source as text"):
+        ex.check(lambda out: None)
+
+
+def notebook_cell_defining(notebook: str, text: str) -> str:
+    cells = json.loads((exercise.KERNELS.parent / "notebooks" / notebook).read_text())["cells"]
+    found = [c for c in cells if c["cell_type"] == "code" and text in "".join(c["source"])]
+    assert len(found) == 1, f"{notebook}: {len(found)} code cells hold {text!r}"
+    return "".join(found[0]["source"])
+
+
+def test_the_cuda_starter_compiles_and_asks_for_its_16_byte_loads():
+    if device.on_gpu():
+        pytest.skip("on a GPU the starter also runs, and fails its results first")
+    scope = {}
+    exec(notebook_cell_defining("03_conv.ipynb", "void conv_vec4("), scope)
+    report = exercise.get("conv-ex-vec4").check(scope["source"])
+    assert not report.ok and "0 16-byte global loads (LDG.E.128)" in str(report), str(report)
+
+
+@needs_solutions
+def test_grading_command_takes_cuda_files(tmp_path, capsys):
+    good, bad = tmp_path / "good.cu", tmp_path / "bad.cu"
+    wrong = SOLUTIONS["conv-ex-vec4"].wrong
+    good.write_text(SOLUTIONS["conv-ex-vec4"].solution)
+    bad.write_text(wrong["four scalar stores"][0])
+    assert exercise.main(["check", "conv-ex-vec4", str(good)]) == 0
+    assert exercise.main(["check", "conv-ex-vec4", "--grading", str(good), str(bad), str(tmp_path / "none.cu")]) == 1
+    text = capsys.readouterr().out
+    assert "0 16-byte global stores (STG.E.128)" in text and "Likely" not in text
+    assert "the file does not load" in text and text.rstrip().endswith("1 passed, 2 failed")

@@ -665,9 +665,9 @@ def test_the_tail_step_is_read_from_the_sweep():
             lambda: answers.operand_cycles(""), TypeError, "text: expected an instruction", marks=needs_answers
         ),
         pytest.param(
-            lambda: answers.operand_cycles("FFMA R0, R1, R2, R3", banks=0),
+            lambda: answers.operand_cycles("FFMA R0, R1, R2, R3", model="fermi"),
             ValueError,
-            "banks must be >= 1",
+            "model: expected one of",
             marks=needs_answers,
         ),
         pytest.param(lambda: answers.float2_ways(0), ValueError, "stride must be >= 1", marks=needs_answers),
@@ -696,3 +696,10 @@ def test_the_stored_chain_latency_is_a_few_cycles():
     latency = compute.chain_latency_cycles(stored)
     step = results.value(stored, "math", "latency", "FFMA (baseline)")
     assert 2 < latency < step
+
+
+@needs_answers
+def test_operand_cycles_under_the_volta_rule_wait_only_for_three_sources_in_one_bank():
+    assert [answers.operand_cycles(t, "volta") for t in answers.REGBANK_FFMAS] == [1, 1, 2, 2]
+    with pytest.raises(ValueError, match="model: expected one of \\['ampere', 'volta'\\], got 'hopper'"):
+        answers.operand_cycles("FFMA R0, R0, R2, R3", "hopper")

@@ -1,13 +1,15 @@
 """Auto-checked exercises of the convolution chapter: what the checker needs to grade them.
 
 Each exercise's label is the one of its ``{exercise}`` directive in notebooks/03_conv.ipynb.
-The questions' expected answers are computed in answers.py; the published solution and typical wrong
-kernels are in solutions.py. The student edition has neither file.
+The questions' expected answers are computed in answers.py; the published solutions and typical wrong
+kernels are in solutions.py. The student edition has neither file. ``conv-ex-vec4`` asks for a CUDA C++
+kernel (``cuda_exercise``): its starter is text in the notebook, never a .cu file of kernels/.
 """
 
 import numpy as np
 
 from kernels.harness.accesses import COALESCED
+from kernels.harness.cuda_exercise import CudaExercise, SassRule, opcodes
 from kernels.harness.exercise import Exercise, Part, Question, register
 
 from .common import R, S, reference
@@ -37,6 +39,58 @@ register(
         sizes=((1, 4, 32, 5, 3), (2, 3, 32, 7, 3), (1, 1, 32, 1, 1)),
         atol=1e-4,
         expect=(COALESCED,),
+    )
+)
+
+
+# --- conv-ex-vec4: COALESCING in CUDA C++, four output channels per thread through 16-byte loads and stores ----
+VEC4_THREADS = 128  # threads per block of the exercise's launch
+
+
+def launch_vec4(kernel, y, x, f):
+    """The exercise's launch of the student's conv_vec4: one thread per four outputs of a pixel."""
+    n, h, w, c = x.shape
+    k = f.shape[3]
+    quads = n * h * w * k // 4
+    dims = tuple(np.int32(d) for d in (n, h, w, c, k))
+    kernel(((quads + VEC4_THREADS - 1) // VEC4_THREADS,), (VEC4_THREADS,), (x, f, y, *dims))
+
+
+register(
+    CudaExercise(
+        label="conv-ex-vec4",
+        task="COALESCING in CUDA C++ with four output channels per thread: the filter read and the output written "
+        'in 16-byte float4 pieces, the four sums in registers; extern "C" __global__ void conv_vec4(x, f, y, '
+        "N, H, W, C, K)",
+        kernel="conv_vec4",
+        launch=launch_vec4,
+        make_inputs=coalescing_inputs,
+        reference=coalescing_reference,
+        # (N, C, K, H, W): K a multiple of 4 but not of 32, pixels not a multiple of the block
+        sizes=((1, 3, 12, 5, 7), (2, 5, 20, 3, 4), (1, 1, 4, 1, 1)),
+        atol=1e-4,
+        sass=(
+            SassRule(
+                "16-byte global loads (LDG.E.128)",
+                opcodes("LDG", width="128"),
+                least=1,
+                hint="load f[r, s, c, k .. k + 3] as one float4, *reinterpret_cast<const float4*>(f + i) with i a "
+                "multiple of 4: the compiler never merges four scalar loads, as it cannot know they are aligned",
+            ),
+            SassRule(
+                "16-byte global stores (STG.E.128)",
+                opcodes("STG", width="128"),
+                least=1,
+                hint="store the four sums as one float4 through a float4 pointer to y's element k",
+            ),
+            SassRule(
+                "local-memory loads and stores (LDL, STL)",
+                opcodes("LDL", "STL"),
+                most=0,
+                hint="index the four sums only with constants (acc.x ... acc.w, or a loop over 4 that unrolls): "
+                "an array indexed at run time lives in local memory",
+            ),
+        ),
     )
 )
 

@@ -17,6 +17,76 @@ from .s2_coalescing import conv_coalescing  # the published solution is the stag
 THREADS = 64  # small blocks: the simulator runs every thread as a Python thread
 
 
+# --- conv-ex-vec4: COALESCING in CUDA C++, four output channels per thread --------------------------------------
+# Source text, not .cu files: no kernel source of the book (cuda_exercise). The solution, then mistakes made on it.
+
+VEC4 = r"""
+extern "C" __global__ void conv_vec4(const float* __restrict__ x, const float* __restrict__ f,
+                                     float* __restrict__ y, int n_img, int height, int width,
+                                     int n_in, int n_out) {
+    const int quads = n_out / 4;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_img * height * width * quads) return;
+    const int k = (t % quads) * 4;  // the first of this thread's four output channels
+    const int pixel = t / quads;
+    const int col = pixel % width, row = (pixel / width) % height, n = pixel / (width * height);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // four sums in registers
+    for (int c = 0; c < n_in; ++c)
+        for (int r = 0; r < 3; ++r) {
+            const int ih = row + r - 1;
+            if (ih < 0 || ih >= height) continue;
+            for (int s = 0; s < 3; ++s) {
+                const int iw = col + s - 1;
+                if (iw < 0 || iw >= width) continue;
+                const float v = x[((n * height + ih) * width + iw) * n_in + c];  // one load, four FMAs
+                // k and n_out are multiples of 4, so the four filter words start on a 16-byte boundary
+                const float4 w = *reinterpret_cast<const float4*>(f + ((r * 3 + s) * n_in + c) * n_out + k);
+                acc.x += v * w.x;
+                acc.y += v * w.y;
+                acc.z += v * w.z;
+                acc.w += v * w.w;
+            }
+        }
+    *reinterpret_cast<float4*>(y + pixel * n_out + k) = acc;
+}
+"""
+
+# Mistakes of conv-ex-vec4
+
+VEC4_SCALAR_LOADS = VEC4.replace(
+    """const float4 w = *reinterpret_cast<const float4*>(f + ((r * 3 + s) * n_in + c) * n_out + k);
+                acc.x += v * w.x;
+                acc.y += v * w.y;
+                acc.z += v * w.z;
+                acc.w += v * w.w;""",
+    """const float* w = f + ((r * 3 + s) * n_in + c) * n_out + k;  // four 4-byte loads
+                acc.x += v * w[0];
+                acc.y += v * w[1];
+                acc.z += v * w[2];
+                acc.w += v * w[3];""",
+)
+VEC4_SCALAR_STORES = VEC4.replace(
+    "    *reinterpret_cast<float4*>(y + pixel * n_out + k) = acc;",
+    """    float* out = y + pixel * n_out + k;  // four 4-byte stores
+    out[0] = acc.x;
+    out[1] = acc.y;
+    out[2] = acc.z;
+    out[3] = acc.w;""",
+)
+VEC4_RIGHT_EDGE = VEC4.replace("if (iw < 0 || iw >= width) continue;", "if (iw < 0 || iw > width) continue;")
+assert VEC4_SCALAR_LOADS != VEC4 and VEC4_SCALAR_STORES != VEC4 and VEC4_RIGHT_EDGE != VEC4
+
+attach(
+    "conv-ex-vec4",
+    solution=VEC4,
+    wrong={
+        "four scalar filter loads": (VEC4_SCALAR_LOADS, "0 16-byte global loads (LDG.E.128)"),
+        "four scalar stores": (VEC4_SCALAR_STORES, "0 16-byte global stores (STG.E.128)"),
+        "the right edge read past the row": (VEC4_RIGHT_EDGE, "wrong"),  # the results show it: on a GPU only
+    },
+)
+
+
 # --- conv-ex-coalescing: NAIVE's threads and loops, the data in NHWC ------------------------------
 # launch(y, x, f): x (N, H, W, C), f (3, 3, C, K), y (N, H, W, K).
 

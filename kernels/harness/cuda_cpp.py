@@ -217,6 +217,20 @@ def _nvrtc_ok(err, what):
         raise RuntimeError(f"NVRTC {what} failed: {err}")
 
 
+@cache
+def compile_source(code: str, arch: str = "sm_90", name: str = "exercise.cu", options: tuple = ()) -> Compiled:
+    """``compile_cubin`` for CUDA C++ held as text, not in a file of kernels/ (a student's exercise kernel):
+    NVRTC for ``arch``, the CUDA headers on the include path; a RuntimeError with the compiler's log if it
+    fails. ``name`` names the source in that log."""
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
+    if not isinstance(code, str):
+        raise TypeError(f"code: expected CUDA C++ source text, got {type(code).__name__}")
+    opts = [f"-arch={arch}", *STD_OPTIONS, *options, *(f"-I{d}" for d in include_dirs())]
+    log, cubin = _nvrtc(Path(name), code.encode(), opts)
+    return Compiled(name, arch, cubin, log)
+
+
 def all_sources() -> list[Path]:
     return sorted(KERNELS.rglob("*.cu"))
 
@@ -242,19 +256,34 @@ def load(path: str | Path, name: str, options: tuple = (), arch: str | None = No
         raise RuntimeError(f"running {Path(path).name} needs a GPU; in the simulator it is compiled only")
     import cupy
 
-    if (virtual := device.capped_ptx_target()) and arch in (None, device.target_arch()):
-        src = source_path(path)
-        opts = [f"-arch={virtual}", *STD_OPTIONS, *options, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs())]
-        _, ptx = _nvrtc(src, src.read_bytes(), opts, ptx=True)
-        file = _cubin_dir() / f"{src.stem}_{virtual}_{hashlib.sha256(ptx).hexdigest()[:16]}.ptx"
-        file.write_bytes(ptx)
-        return cupy.RawModule(path=str(file)).get_function(name)
-    if arch is not None:
+    if arch is not None and not (device.capped_ptx_target() and arch == device.target_arch()):
         cubin = compile_cubin(path, arch, options).cubin
         # Named by content: CuPy caches a loaded module by its path, so two variants must not share one.
         file = _cubin_dir() / f"{Path(path).stem}_{arch}_{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
         file.write_bytes(cubin)
         return cupy.RawModule(path=str(file)).get_function(name)
     src = source_path(path)
-    opts = (*STD_OPTIONS, *options, f"-I{src.parent}", *(f"-I{d}" for d in include_dirs()))
-    return cupy.RawModule(code=src.read_text(), options=opts).get_function(name)
+    return _module(src.read_text(), src, (*options, f"-I{src.parent}")).get_function(name)
+
+
+def _module(code: str, src: Path, options: tuple):
+    """A CuPy RawModule of ``code`` built for this GPU: under ``BOOK_MAX_CC`` as PTX for the capped capability
+    (``device.capped_ptx_target``), which the driver compiles for the GPU it has."""
+    import cupy
+
+    if virtual := device.capped_ptx_target():
+        opts = [f"-arch={virtual}", *STD_OPTIONS, *options, *(f"-I{d}" for d in include_dirs())]
+        _, ptx = _nvrtc(src, code.encode(), opts, ptx=True)
+        file = _cubin_dir() / f"{src.stem}_{virtual}_{hashlib.sha256(ptx).hexdigest()[:16]}.ptx"
+        file.write_bytes(ptx)
+        return cupy.RawModule(path=str(file))
+    return cupy.RawModule(code=code, options=(*STD_OPTIONS, *options, *(f"-I{d}" for d in include_dirs())))
+
+
+@cache
+def load_source(code: str, name: str, label: str = "exercise.cu"):
+    """``load`` for CUDA C++ held as text (a student's exercise kernel): its kernel ``name``, built for this
+    GPU (needs one); ``label`` names the source in the compiler's log."""
+    if device.MODE != device.GPU:
+        raise RuntimeError(f"running {label} needs a GPU; in the simulator it is compiled only")
+    return _module(code, Path(label), ()).get_function(name)

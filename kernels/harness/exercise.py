@@ -85,12 +85,28 @@ def _observation(sentence: str) -> str:
 
 
 @dataclass(frozen=True)
+class ReadBudget:
+    """The most global reads of the inputs a kernel may make, for an exercise about reuse (a tile in shared
+    memory or in registers): ``per`` reads for each unit of work, ``work(*inputs)`` the units (e.g. the
+    multiply-adds the output needs), ``unit`` their name, ``hint`` how a kernel stays within it. Counted in
+    the simulator."""
+
+    per: float
+    work: Callable
+    unit: str
+    hint: str
+
+
+@dataclass(frozen=True)
 class Exercise:
     """One auto-checked exercise.
 
     ``make_inputs(rng, size)`` returns the arguments after ``out`` (host NumPy arrays or scalars);
     ``reference(*inputs)`` the expected output in float64. ``expect`` names what the accesses of a
-    correct kernel must also be (``accesses.EXPECTATIONS``).
+    correct kernel must also be (``accesses.EXPECTATIONS``), ``reads`` how few global reads it may make
+    (``ReadBudget``), and ``max_threads`` how many threads a launch may run at most (a fixed grid, for a
+    grid-stride loop). ``watched=False`` for a launch the exercise makes itself rather than the student's
+    Numba kernels (a CUDA C++ kernel, ``cuda_exercise``): no kernel launch is watched then.
     """
 
     label: str
@@ -102,10 +118,13 @@ class Exercise:
     rtol: float | None = None
     out_dtype: type = np.float32
     expect: tuple = ()
+    reads: ReadBudget | None = None
+    max_threads: int | None = None
+    watched: bool = True
 
     def check(self, launch: Callable, rng: np.random.Generator | None = None) -> Report:
         """Run ``launch`` here, in this process, and judge it."""
-        return self.judge(_InProcess(launch), rng)
+        return self.judge(_InProcess(launch, self.watched), rng)
 
     def judge(self, runner: Callable, rng: np.random.Generator | None = None) -> Report:
         """Judge the outcomes ``runner(inputs, shape, dtype, fill, record)`` returns (``Outcome``): a launch
@@ -120,8 +139,10 @@ class Exercise:
             out_dtype=self.out_dtype,
             name=self.label,
             rng=rng,
-            device_only=True,
+            device_only=self.watched,
             expect=self.expect,
+            reads=self.reads,
+            max_threads=self.max_threads,
         )
 
 
@@ -517,29 +538,55 @@ def check_kernel(
     )
 
 
-def _check_cases(runner, reference, make_inputs, *, sizes, atol, rtol, out_dtype, name, rng, device_only, expect):
+def _check_cases(
+    runner,
+    reference,
+    make_inputs,
+    *,
+    sizes,
+    atol,
+    rtol,
+    out_dtype,
+    name,
+    rng,
+    device_only,
+    expect,
+    reads: ReadBudget | None = None,
+    max_threads: int | None = None,
+):
     """check_kernel's verdict on the outcomes of ``runner`` (``Exercise.judge``)."""
     rng = rng or np.random.default_rng()
     bound = f"max|err| <= {atol:g}" + ("" if rtol is None else f", rel <= {rtol:g}")
     lines = []
     counted = []
+    rates = []  # global reads per unit of work, at each size (``reads``)
     cases = []
     for size in sizes:
         inputs = tuple(make_inputs(rng, size))
         cases.append((size, inputs, np.asarray(reference(*inputs), dtype=np.float64)))
+    limits = {"reads": reads, "max_threads": max_threads}
     for size, inputs, want in sorted(cases, key=lambda case: -case[2].size):  # stable: ties keep their order
-        problems, counts = _judge(runner, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect)
+        problems, counts, rate = _judge(
+            runner, inputs, want, np.dtype(out_dtype), atol, rtol, device_only, expect, **limits
+        )
         if problems:
             lines.append(f"FAIL  {name} size={size}: {bound}")
             lines += [f"  - {p}" for p in problems]
             return Report(name, False, lines)
         lines.append(f"pass  {name} size={size}")
         counted += [counts] if counts else []
+        rates += [] if rate is None else [rate]
     if expect and counted:
         lines.append("  " + accesses.summary(counted, expect))
-    elif expect:
+    if reads and rates:
         lines.append(
-            f"  note: the accesses ({', '.join(expect)}) are counted in the simulator only "
+            f"  global reads (counted in the simulator): at most {max(rates):.2f} per {reads.unit}, "
+            f"within the {reads.per:g} allowed"
+        )
+    if (expect or reads) and not counted:
+        counted_what = [*expect] + ([f"global reads per {reads.unit}"] if reads else [])
+        lines.append(
+            f"  note: the accesses ({', '.join(counted_what)}) are counted in the simulator only "
             "(NUMBA_ENABLE_CUDASIM=1); on a GPU only the results were checked"
         )
     lines.append(f"PASS  {name}: {len(sizes)} sizes, {bound}")
@@ -598,16 +645,57 @@ def _unread(outcome: Outcome, inputs, counts) -> list[str]:
     ]
 
 
-def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
-    """The problems found at one size (sentences; none if it passed) and the accesses counted, if any."""
-    record = not device.on_gpu() and (bool(expect) or device_only)
+def _read_rate(outcome: Outcome, inputs, counts, reads: ReadBudget) -> float:
+    """The global reads of the inputs (the bytes of any array input or its copies) per unit of ``reads``."""
+    spans = [s for spans in outcome.input_spans for s in spans if s is not None]
+    n = sum(
+        any(first <= a.origin + a.address < end for first, end in spans)
+        for a in counts.log
+        if a.space == "global" and not a.write
+    )
+    return n / max(float(reads.work(*inputs)), 1.0)
+
+
+def _over_budget(rate: float, reads: ReadBudget) -> list[str]:
+    """A sentence where a correct kernel read its inputs more often than ``reads`` allows."""
+    if rate <= reads.per:
+        return []
+    return [
+        _hinted(
+            f"redundant global reads: the kernel read its inputs {rate:.2f} times per {reads.unit} where at most "
+            f"{reads.per:g} would do",
+            reads.hint,
+        )
+    ]
+
+
+def _too_many_threads(outcome: Outcome, max_threads: int) -> list[str]:
+    """A sentence where the launches that wrote ``out`` ran more threads than the exercise allows."""
+    ran = int(np.prod(outcome.threads)) if outcome.threads else 0
+    if ran <= max_threads:
+        return []
+    return [
+        _hinted(
+            f"the launch ran {ran} threads where this exercise allows at most {max_threads}",
+            "keep the grid the task names and let each thread loop over the elements, "
+            "i += cuda.gridsize(1) (a grid-stride loop)",
+        )
+    ]
+
+
+def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=(), reads=None, max_threads=None):
+    """The problems found at one size (sentences; none if it passed), the accesses counted, if any, and the
+    global reads per unit of ``reads``'s work, where it is counted."""
+    record = not device.on_gpu() and (bool(expect) or reads is not None or device_only)
     outcome = runner(inputs, want.shape, out_dtype, poison_value(out_dtype), record)
     counts = accesses.Counts(outcome.log) if outcome.log is not None else None
+    rate = _read_rate(outcome, inputs, counts, reads) if reads and counts else None
     if outcome.problem is not None:
-        return [_hinted(*outcome.problem, ": ")], counts
+        return [_hinted(*outcome.problem, ": ")], counts, rate
     if device_only and (unfed := _unfed(outcome, inputs, want, atol)):
-        return unfed, counts
+        return unfed, counts, rate
     problems = _unread(outcome, inputs, counts) if device_only and counts else []
+    problems += _too_many_threads(outcome, max_threads) if max_threads else []
     n = want.size
     tail = outcome.out[n:]
     if not _all_equal(tail, sentinel_value(out_dtype)):
@@ -642,9 +730,14 @@ def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
     got_host = outcome.out[:n].reshape(want.shape)
     result = compare(got_host, want, atol=atol, rtol=rtol)
     if result.ok:
-        return problems + (
-            [_observation(p) for p in accesses.problems(counts, expect)] if counts and expect else []
-        ), counts
+        over = _over_budget(rate, reads) if rate is not None else []
+        return (
+            problems
+            + ([_observation(p) for p in accesses.problems(counts, expect)] if counts and expect else [])
+            + over,
+            counts,
+            rate,
+        )
     # A race on shared memory explains wrong values: say it first.
     problems += [_observation(p) for p in accesses.problems(counts)] if counts else []
     unwritten = None
@@ -655,10 +748,15 @@ def _judge(runner, inputs, want, out_dtype, atol, rtol, device_only, expect=()):
             unwritten = _equal(again.out[:n].reshape(want.shape), sentinel_value(out_dtype))
     # explain() knows the usual patterns; any other failure is still named, by the comparison's reason.
     threads = outcome.threads
-    return problems + (
-        explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten, threads=threads)
-        or [result.reason()]
-    ), counts
+    return (
+        problems
+        + (
+            explain(got_host.astype(np.float64), want, atol=atol, rtol=rtol, unwritten=unwritten, threads=threads)
+            or [result.reason()]
+        ),
+        counts,
+        rate,
+    )
 
 
 def _equal(a: np.ndarray, value) -> np.ndarray:

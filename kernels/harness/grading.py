@@ -690,7 +690,8 @@ def serve(path: Path, requests: int, outcomes: int, protected: list[int]) -> int
         except Gone:
             return 0
         inputs, shape, dtype = request["inputs"], tuple(request["shape"]), np.dtype(request["dtype"])
-        outcome = run_case(launch, inputs, shape, dtype, request["fill"], request["record"])
+        watched = request.get("watched", True) is not False  # the grading process's choice, never the file's
+        outcome = run_case(launch, inputs, shape, dtype, request["fill"], request["record"], watched)
         send(outcomes, pack_outcome(outcome))
 
 

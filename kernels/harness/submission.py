@@ -81,14 +81,16 @@ def edition():
 
 class _Child:
     """The submission's process seen from here: a runner (``exercise.Exercise.judge``) whose every call sends
-    one request and reads back one outcome, checked, before ``deadline`` (time.monotonic())."""
+    one request and reads back one outcome, checked, before ``deadline`` (time.monotonic()). ``watched``: the
+    exercise's ``watched`` (False where the launch is the exercise's own, of a CUDA C++ kernel)."""
 
-    def __init__(self, requests: int, outcomes: int, deadline: float):
-        self.requests, self.outcomes, self.deadline = requests, outcomes, deadline
+    def __init__(self, requests: int, outcomes: int, deadline: float, watched: bool = True):
+        self.requests, self.outcomes, self.deadline, self.watched = requests, outcomes, deadline, watched
 
     def __call__(self, inputs, shape, dtype, fill, record):
         request = {"inputs": list(inputs), "shape": tuple(shape), "dtype": np.dtype(dtype).str}
-        grading.send(self.requests, request | {"fill": fill, "record": bool(record)}, self.deadline)
+        request |= {"fill": fill, "record": bool(record), "watched": self.watched}
+        grading.send(self.requests, request, self.deadline)
         outcome = grading.unpack_outcome(grading.recv(self.outcomes, self.deadline))
         arrays = [x for x in inputs if isinstance(x, np.ndarray)]
         expected = [(int(np.prod(shape)) + grading.GUARD,)] + [(x.size + grading.GUARD,) for x in arrays]
@@ -102,6 +104,8 @@ def grade(ex, path: Path, timeout: float = TIMEOUT, *, kernels_copy: Path | None
     """Check the ``launch`` of the file at ``path`` against ``ex`` (an ``exercise.Exercise``: one that asks for
     a kernel), the file running in a process of its own that imports kernels/ from ``kernels_copy`` (a folder
     from ``edition()``; a fresh one by default)."""
+    if callable(getattr(ex, "grade_file", None)):  # a CUDA C++ exercise: compiled here, run as its launch
+        return ex.grade_file(path, timeout, kernels_copy=kernels_copy, rng=rng)
     if not callable(getattr(ex, "judge", None)):
         raise TypeError(f"ex: expected an exercise that asks for a kernel (exercise.get(label)), got {ex!r}")
     label = ex.label
@@ -135,7 +139,7 @@ def grade(ex, path: Path, timeout: float = TIMEOUT, *, kernels_copy: Path | None
         os.close(outcomes_write)
         deadline = time.monotonic() + timeout
         try:
-            status, lines = _judge(ex, _Child(requests, outcomes, deadline), rng)
+            status, lines = _judge(ex, _Child(requests, outcomes, deadline, getattr(ex, "watched", True)), rng)
         finally:
             os.close(requests)
             os.close(outcomes)

@@ -1,13 +1,16 @@
-"""The implicit-GEMM chapter's published answers and typical wrong ones, attached to its exercises.
+"""The implicit-GEMM chapter's published answers and kernels and typical wrong ones, attached to its exercises.
 
-The wrong answers are mistakes students make; the tests prove the checker fails them and names the part.
+The wrong ones are mistakes students make; the tests prove the checker fails them and says why.
 The student edition leaves this file out (scripts/student_edition.py).
 """
 
 import numpy as np
+from numba import cuda, float32
 
 from kernels.harness import device, results
 from kernels.harness.exercise import attach
+
+from .exercises import TILE, im2col_element, pixel_of
 
 # --- igemm-ex-banks ------------------------------------------------------------------------------------
 # S = 2048 is 512 words, 0 mod 32: threads 0-3 start at bank 0, 4-7 at bank 4. S = 2080 is 520 words,
@@ -87,5 +90,129 @@ attach(
             {"freed": 128 * 64, "taken": 256 * 32, "freed_with_112": 128 * 56, "accumulators": 1024},
             "accumulators: not yet",
         ),
+    },
+)
+
+
+# --- igemm-ex-tile: the implicit GEMM's tiled inner loop -------------------------------------------------------
+
+
+@cuda.jit
+def igemm_tile(y, x, b):
+    a_tile = cuda.shared.array((TILE, TILE), float32)  # A[m0 + i, kk0 + j]: TILE pixels, TILE taps
+    b_tile = cuda.shared.array((TILE, TILE), float32)  # B[kk0 + i, k0 + j]: TILE taps, TILE filters
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_img, height, width, n_out = y.shape
+    pixels, taps = n_img * height * width, b.shape[0]
+    m = cuda.blockIdx.y * TILE + ty  # this thread's pixel: its row of A and of the output
+    k = cuda.blockIdx.x * TILE + tx  # its filter: its column of B and of the output
+    acc = float32(0.0)
+    for kk0 in range(0, taps, TILE):
+        # each thread loads one element of each tile; the lanes of a warp run along a row of A (neighbouring
+        # channels of one input pixel) and along a row of B (neighbouring filters): both loads coalesced
+        kk = kk0 + tx
+        a_tile[ty, tx] = im2col_element(x, m, kk) if m < pixels and kk < taps else float32(0.0)
+        kk = kk0 + ty
+        b_tile[ty, tx] = b[kk, k] if kk < taps and k < n_out else float32(0.0)
+        cuda.syncthreads()  # both tiles written
+        for j in range(TILE):
+            acc += a_tile[ty, j] * b_tile[j, tx]  # a broadcast of A's row, a row of B: no bank conflict
+        cuda.syncthreads()  # every thread done with the tiles before the next step overwrites them
+    if m < pixels and k < n_out:
+        n, row, col = pixel_of(m, height, width)
+        y[n, row, col, k] = acc
+
+
+def tile_grid(y, b):
+    pixels = y.shape[0] * y.shape[1] * y.shape[2]
+    return (b.shape[1] + TILE - 1) // TILE, (pixels + TILE - 1) // TILE
+
+
+def launch_igemm_tile(y, x, b):
+    igemm_tile[tile_grid(y, b), (TILE, TILE)](y, x, b)
+
+
+# Mistakes of igemm-ex-tile
+
+
+@cuda.jit
+def igemm_no_tiles(y, x, b):
+    k, m = cuda.grid(2)
+    n_img, height, width, n_out = y.shape
+    if m < n_img * height * width and k < n_out:
+        acc = float32(0.0)
+        for kk in range(b.shape[0]):  # two global reads per multiply-add, as step 1
+            acc += im2col_element(x, m, kk) * b[kk, k]
+        n, row, col = pixel_of(m, height, width)
+        y[n, row, col, k] = acc
+
+
+def launch_igemm_no_tiles(y, x, b):
+    igemm_no_tiles[tile_grid(y, b), (TILE, TILE)](y, x, b)
+
+
+@cuda.jit
+def igemm_tile_one_barrier(y, x, b):
+    a_tile = cuda.shared.array((TILE, TILE), float32)
+    b_tile = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_img, height, width, n_out = y.shape
+    pixels, taps = n_img * height * width, b.shape[0]
+    m = cuda.blockIdx.y * TILE + ty
+    k = cuda.blockIdx.x * TILE + tx
+    acc = float32(0.0)
+    for kk0 in range(0, taps, TILE):
+        kk = kk0 + tx
+        a_tile[ty, tx] = im2col_element(x, m, kk) if m < pixels and kk < taps else float32(0.0)
+        kk = kk0 + ty
+        b_tile[ty, tx] = b[kk, k] if kk < taps and k < n_out else float32(0.0)
+        cuda.syncthreads()
+        for j in range(TILE):
+            acc += a_tile[ty, j] * b_tile[j, tx]
+        # no second barrier: a fast thread's next loads overwrite what a slow one still reads
+    if m < pixels and k < n_out:
+        n, row, col = pixel_of(m, height, width)
+        y[n, row, col, k] = acc
+
+
+def launch_igemm_tile_one_barrier(y, x, b):
+    igemm_tile_one_barrier[tile_grid(y, b), (TILE, TILE)](y, x, b)
+
+
+@cuda.jit
+def igemm_tile_a_transposed(y, x, b):
+    a_tile = cuda.shared.array((TILE, TILE), float32)  # A stored tap-major: a_tile[j, i] = A[m0 + i, kk0 + j]
+    b_tile = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_img, height, width, n_out = y.shape
+    pixels, taps = n_img * height * width, b.shape[0]
+    m = cuda.blockIdx.y * TILE + ty
+    k = cuda.blockIdx.x * TILE + tx
+    acc = float32(0.0)
+    for kk0 in range(0, taps, TILE):
+        kk = kk0 + tx
+        a_tile[tx, ty] = im2col_element(x, m, kk) if m < pixels and kk < taps else float32(0.0)  # lanes a column
+        kk = kk0 + ty
+        b_tile[ty, tx] = b[kk, k] if kk < taps and k < n_out else float32(0.0)
+        cuda.syncthreads()
+        for j in range(TILE):
+            acc += a_tile[j, ty] * b_tile[j, tx]
+        cuda.syncthreads()
+    if m < pixels and k < n_out:
+        n, row, col = pixel_of(m, height, width)
+        y[n, row, col, k] = acc
+
+
+def launch_igemm_tile_a_transposed(y, x, b):
+    igemm_tile_a_transposed[tile_grid(y, b), (TILE, TILE)](y, x, b)
+
+
+attach(
+    "igemm-ex-tile",
+    solution=launch_igemm_tile,
+    wrong={
+        "no tiles: step 1 in fp32": (launch_igemm_no_tiles, "redundant global reads"),
+        "no barrier before the next step's loads": (launch_igemm_tile_one_barrier, "a shared-memory race"),
+        "the A tile stored tap-major": (launch_igemm_tile_a_transposed, "bank conflicts"),
     },
 )

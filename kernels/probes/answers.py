@@ -92,24 +92,41 @@ answers(
 
 
 REGBANK_FFMAS = ("FFMA R0, R0, R2, R3", "FFMA R5, R5, R2, 1e-08", "FFMA R4, R5, R7, R9", "FFMA R1, R2, R4, R6")
+# The two published descriptions of two register banks (even and odd numbers) that the deep dive on register banks
+# sets out: registers one bank delivers per cycle. Ampere (Huerta et al.): one read port per bank, one register for
+# the whole warp per cycle. Volta and Turing (Jia et al.): each bank 64 bits wide, two registers per cycle, so that
+# an instruction waits only when all three of its sources lie in one bank.
+REGISTERS_PER_BANK_CYCLE = {"ampere": 1, "volta": 2}
 
 
-def operand_cycles(text: str, banks: int = 2) -> int:
-    """Cycles to collect the register operands of one instruction such as ``FFMA R0, R0, R2, R3``:
-    each bank (register number mod ``banks``) delivers one distinct register per cycle; no reuse cache."""
+def operand_cycles(text: str, model: str = "ampere") -> int:
+    """Cycles to collect the register operands of one instruction such as ``FFMA R0, R0, R2, R3`` from two banks,
+    without a reuse cache, under ``model`` (REGISTERS_PER_BANK_CYCLE): the fuller bank's distinct registers over
+    what it delivers per cycle."""
     if not isinstance(text, str) or not text.strip():
         raise TypeError(f"text: expected an instruction such as 'FFMA R0, R0, R2, R3', got {text!r}")
-    positive_int(banks, "banks")
+    if model not in REGISTERS_PER_BANK_CYCLE:
+        raise ValueError(f"model: expected one of {sorted(REGISTERS_PER_BANK_CYCLE)}, got {model!r}")
     opcode, _, operands = text.strip().partition(" ")
     reads = {r for _, r, _ in sass.register_reads(sass.Instruction(0, "", opcode, operands, ""))}
-    per_bank = [sum(r % banks == b for r in reads) for b in range(banks)]
-    return max(1, *per_bank)
+    per_bank = [sum(r % 2 == b for r in reads) for b in range(2)]
+    return max(1, *(math.ceil(n / REGISTERS_PER_BANK_CYCLE[model]) for n in per_bank))
+
+
+def _collide(model: str) -> set[int]:
+    return {n for n, text in enumerate(REGBANK_FFMAS, 1) if operand_cycles(text, model) > 1}
+
+
+def _worst_cycles(model: str) -> int:
+    return max(operand_cycles(text, model) for text in REGBANK_FFMAS)
 
 
 answers(
     "probes-ex-regbanks",
-    collide=lambda: {n for n, text in enumerate(REGBANK_FFMAS, 1) if operand_cycles(text) > 1},
-    worst_cycles=lambda: max(operand_cycles(text) for text in REGBANK_FFMAS),
+    collide_ampere=lambda: _collide("ampere"),
+    cycles_ampere=lambda: _worst_cycles("ampere"),
+    collide_volta=lambda: _collide("volta"),
+    cycles_volta=lambda: _worst_cycles("volta"),
 )
 
 

@@ -1,14 +1,17 @@
 """Auto-checked exercises of the two probes chapters: what the checker needs to grade them.
 
 Each exercise's label is the one of its ``{exercise}`` directive in notebooks/04a_probes_compute.ipynb,
-notebooks/04b_probes_memory.ipynb or a deep dive of theirs. Every answer is a number or a set; answers.py
-computes the expected ones, solutions.py holds the published answers and typical wrong ones. The student
+notebooks/04b_probes_memory.ipynb or a deep dive of theirs. A question's answers are numbers or sets, which
+answers.py computes; solutions.py holds the published answers and kernels and typical wrong ones. The student
 edition has neither file.
 """
 
 from __future__ import annotations
 
-from kernels.harness.exercise import Part, Question, register
+import numpy as np
+
+from kernels.harness.accesses import COALESCED, READ_ONCE
+from kernels.harness.exercise import Exercise, Part, Question, register
 
 register(
     Question(
@@ -51,13 +54,22 @@ register(
 register(
     Question(
         label="probes-ex-regbanks",
-        task="which of the four FFMAs (numbered 1 to 4) need more than one cycle to collect their operands, "
-        "and how many cycles the slowest needs",
+        task="two register banks (even and odd numbers), no reuse cache: which of the four FFMAs (numbered 1 to 4) "
+        "need more than one cycle to collect their operands, and how many cycles the slowest needs, under the "
+        "Ampere description (each bank reads one register per cycle) and under the Volta and Turing rule (each bank "
+        "64 bits wide, two registers per cycle)",
         parts={
-            "collide": Part("sort each instruction's source registers (not the destination) into even and odd"),
-            "worst_cycles": Part(
+            "collide_ampere": Part(
+                "sort each instruction's source registers (not the destination) into even and odd; a bank reads one "
+                "register per cycle"
+            ),
+            "cycles_ampere": Part(
                 "a bank delivers one register per cycle: count the registers of the fuller bank", rtol=0.0
             ),
+            "collide_volta": Part(
+                "a bank 64 bits wide delivers two registers per cycle: only three sources in one bank wait"
+            ),
+            "cycles_volta": Part("the fuller bank's registers, two per cycle, rounded up", rtol=0.0),
         },
     )
 )
@@ -105,5 +117,23 @@ register(
                 uses=("blocks",),
             ),
         },
+    )
+)
+
+
+# --- probes-ex-grid-stride: a copy stream on a fixed grid ------------------------------------------------------
+GRID_STRIDE_BLOCKS, GRID_STRIDE_THREADS = 2, 64  # the fixed grid: a stand-in for "as many blocks as the GPU holds"
+
+register(
+    Exercise(
+        label="probes-ex-grid-stride",
+        task=f"out[i] = x[i] for any length with exactly {GRID_STRIDE_BLOCKS} blocks of {GRID_STRIDE_THREADS} "
+        "threads: a grid-stride loop, every warp access coalesced; launch(out, x)",
+        make_inputs=lambda rng, n: (rng.standard_normal(n).astype(np.float32),),
+        reference=lambda x: x.astype(np.float64),
+        sizes=(1000, 127, 1),  # many trips of the loop, less than one, one element
+        atol=0,
+        expect=(COALESCED, READ_ONCE),
+        max_threads=GRID_STRIDE_BLOCKS * GRID_STRIDE_THREADS,
     )
 )

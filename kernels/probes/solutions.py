@@ -7,10 +7,13 @@ them and names the part. The student edition leaves this file out (submission.TE
 
 import math
 
+from numba import cuda
+
 from kernels.harness import device, quantities
 from kernels.harness.exercise import attach
 
 from .answers import tail_sweep
+from .exercises import GRID_STRIDE_BLOCKS, GRID_STRIDE_THREADS
 
 # --- probes-ex-wave -------------------------------------------------------------------------------
 
@@ -53,12 +56,18 @@ attach(
 
 # --- probes-ex-regbanks ---------------------------------------------------------------------------
 
+# Sources: (1) R0 R2 even, R3 odd; (2) R5 odd, R2 even; (3) R5 R7 R9 odd; (4) R2 R4 R6 even.
+REGBANKS = {"collide_ampere": {1, 3, 4}, "cycles_ampere": 3, "collide_volta": {3, 4}, "cycles_volta": 2}
 attach(
     "probes-ex-regbanks",
-    {"collide": {1, 3, 4}, "worst_cycles": 3},  # R0/R2 even; R5 R7 R9 odd; R2 R4 R6 even
+    REGBANKS,
     {
-        "the destination counted as a read": ({"collide": {1, 2, 3, 4}, "worst_cycles": 3}, "collide: not yet"),
-        "two cycles at most": ({"collide": {1, 3, 4}, "worst_cycles": 2}, "worst_cycles: not yet"),
+        "the destination counted as a read": ({**REGBANKS, "collide_ampere": {1, 2, 3, 4}}, "collide_ampere: not yet"),
+        "two cycles at most": ({**REGBANKS, "cycles_ampere": 2}, "cycles_ampere: not yet"),
+        "the Ampere rule applied to Volta": (
+            {**REGBANKS, "collide_volta": {1, 3, 4}, "cycles_volta": 3},
+            "collide_volta: not yet",
+        ),
     },
 )
 
@@ -108,5 +117,65 @@ attach(
             {"blocks": _PAD_BLOCKS * 169, "launch_us": _PAD_US * 1e3},
             "blocks: not yet",
         ),
+    },
+)
+
+
+# --- probes-ex-grid-stride: a copy stream on a fixed grid -----------------------------------------------------
+
+
+@cuda.jit
+def copy_grid_stride(out, x):
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)  # all the threads of the grid: each trip moves one grid-wide run of elements
+    while i < out.size:
+        out[i] = x[i]  # the 32 lanes of a warp copy 32 neighbouring elements
+        i += stride
+
+
+def launch_copy_grid_stride(out, x):
+    copy_grid_stride[GRID_STRIDE_BLOCKS, GRID_STRIDE_THREADS](out, x)
+
+
+# Mistakes of probes-ex-grid-stride
+
+
+@cuda.jit
+def copy_one_per_thread(out, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i]
+
+
+def launch_copy_one_per_thread_fixed_grid(out, x):
+    """The store probe's v0 shape on the fixed grid: only the first blocks' worth of elements is copied."""
+    copy_one_per_thread[GRID_STRIDE_BLOCKS, GRID_STRIDE_THREADS](out, x)
+
+
+def launch_copy_one_per_thread(out, x):
+    """v0's shape with enough blocks: right, but not the fixed grid the exercise asks for."""
+    copy_one_per_thread[(out.size + GRID_STRIDE_THREADS - 1) // GRID_STRIDE_THREADS, GRID_STRIDE_THREADS](out, x)
+
+
+@cuda.jit
+def copy_chunk_per_thread(out, x):
+    threads = cuda.gridsize(1)
+    chunk = (out.size + threads - 1) // threads
+    first = cuda.grid(1) * chunk  # each thread a contiguous run: neighbouring lanes are `chunk` elements apart
+    for i in range(first, min(first + chunk, out.size)):
+        out[i] = x[i]
+
+
+def launch_copy_chunk_per_thread(out, x):
+    copy_chunk_per_thread[GRID_STRIDE_BLOCKS, GRID_STRIDE_THREADS](out, x)
+
+
+attach(
+    "probes-ex-grid-stride",
+    launch_copy_grid_stride,
+    {
+        "one element per thread on the fixed grid": (launch_copy_one_per_thread_fixed_grid, "never written"),
+        "one element per thread, more blocks": (launch_copy_one_per_thread, "allows at most"),
+        "a contiguous chunk per thread": (launch_copy_chunk_per_thread, "uncoalesced global access"),
     },
 )

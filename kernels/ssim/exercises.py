@@ -8,6 +8,7 @@ edition has neither file.
 
 import numpy as np
 
+from kernels.harness.accesses import COALESCED, READ_ONCE
 from kernels.harness.exercise import Exercise, Part, Question, register
 
 from .common import gaussian_weights
@@ -32,6 +33,23 @@ register(
         # (H, W): not multiples of the block; the last one narrower than the window
         sizes=((13, 21), (11, 37), (3, 4)),
         atol=1e-5,
+    )
+)
+
+
+# The x-pass again, each pixel read from global memory about once: a block stages its rows with a halo of
+# RADIUS on each side in shared memory, and the 11 taps read the tile.
+register(
+    Exercise(
+        label="ssim-ex-blur-tile",
+        task="the x-pass of ssim-ex-blur-x with each block's rows and their halo staged in shared memory: "
+        "every pixel read from global memory about once, coalesced; launch(out, img)",
+        make_inputs=blur_x_inputs,
+        reference=blur_x_reference,
+        # (H, W): a row wider than one block of 64 and narrower than two; one image narrower than the window
+        sizes=((5, 100), (11, 37), (3, 4)),
+        atol=1e-5,
+        expect=(COALESCED, READ_ONCE),
     )
 )
 

@@ -106,6 +106,103 @@ attach(
 )
 
 
+# --- ssim-ex-blur-tile: the x-pass, each block's rows and their halo staged in shared memory ----------------
+
+TILE_X, TILE_Y = 64, 2  # threads per block: two warps along a row, two rows
+
+
+@cuda.jit
+def blur_x_tile(out, img):
+    tile = cuda.shared.array((TILE_Y, TILE_X + 2 * RADIUS), float32)  # the block's pixels and RADIUS more each side
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    x, y = cuda.grid(2)
+    h, w = img.shape
+    inside = y < h  # a thread past the last row loads nothing, but still reaches the barrier
+    tile[ty, tx + RADIUS] = img[y, x] if inside and x < w else float32(0.0)  # zero padding past the right edge
+    if tx < RADIUS:  # the first RADIUS threads also load the left halo
+        tile[ty, tx] = img[y, x - RADIUS] if inside and x >= RADIUS else float32(0.0)
+    if tx >= TILE_X - RADIUS:  # and the last RADIUS threads the right halo
+        tile[ty, tx + 2 * RADIUS] = img[y, x + RADIUS] if inside and x + RADIUS < w else float32(0.0)
+    cuda.syncthreads()  # the neighbours' pixels are in the tile
+    if inside and x < w:
+        acc = float32(0.0)
+        for k in range(WINDOW):
+            acc += GAUSS[k] * tile[ty, tx + k]  # tile column tx + k holds pixel x + k - RADIUS
+        out[y, x] = acc
+
+
+def tile_grid(out):
+    h, w = out.shape
+    return (w + TILE_X - 1) // TILE_X, (h + TILE_Y - 1) // TILE_Y
+
+
+def launch_blur_x_tile(out, img):
+    blur_x_tile[tile_grid(out), (TILE_X, TILE_Y)](out, img)
+
+
+# Mistakes of ssim-ex-blur-tile
+
+
+def launch_blur_x_from_global(out, img):
+    """ssim-ex-blur-x's kernel in this exercise's blocks: right, but every pixel read by 11 threads."""
+    blur_x[tile_grid(out), (TILE_X, TILE_Y)](out, img)
+
+
+@cuda.jit
+def blur_x_tile_no_barrier(out, img):
+    tile = cuda.shared.array((TILE_Y, TILE_X + 2 * RADIUS), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    x, y = cuda.grid(2)
+    h, w = img.shape
+    inside = y < h
+    tile[ty, tx + RADIUS] = img[y, x] if inside and x < w else float32(0.0)
+    if tx < RADIUS:
+        tile[ty, tx] = img[y, x - RADIUS] if inside and x >= RADIUS else float32(0.0)
+    if tx >= TILE_X - RADIUS:
+        tile[ty, tx + 2 * RADIUS] = img[y, x + RADIUS] if inside and x + RADIUS < w else float32(0.0)
+    # no cuda.syncthreads(): a thread may read its neighbours' slots before they are written
+    if inside and x < w:
+        acc = float32(0.0)
+        for k in range(WINDOW):
+            acc += GAUSS[k] * tile[ty, tx + k]
+        out[y, x] = acc
+
+
+def launch_blur_x_tile_no_barrier(out, img):
+    blur_x_tile_no_barrier[tile_grid(out), (TILE_X, TILE_Y)](out, img)
+
+
+@cuda.jit
+def blur_x_tile_no_halo(out, img):
+    tile = cuda.shared.array((TILE_Y, TILE_X + 2 * RADIUS), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    x, y = cuda.grid(2)
+    h, w = img.shape
+    inside = y < h
+    tile[ty, tx + RADIUS] = img[y, x] if inside and x < w else float32(0.0)  # the halo slots are never written
+    cuda.syncthreads()
+    if inside and x < w:
+        acc = float32(0.0)
+        for k in range(WINDOW):
+            acc += GAUSS[k] * tile[ty, tx + k]
+        out[y, x] = acc
+
+
+def launch_blur_x_tile_no_halo(out, img):
+    blur_x_tile_no_halo[tile_grid(out), (TILE_X, TILE_Y)](out, img)
+
+
+attach(
+    "ssim-ex-blur-tile",
+    solution=launch_blur_x_tile,
+    wrong={
+        "taps read from global memory": (launch_blur_x_from_global, "redundant global reads"),
+        "no barrier after the loads": (launch_blur_x_tile_no_barrier, "a shared-memory race"),
+        "halo not loaded": (launch_blur_x_tile_no_halo, "NaN"),
+    },
+)
+
+
 # --- the questions: the published answers, and typical wrong ones with the part their report must name ----
 
 attach(
