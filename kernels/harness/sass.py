@@ -200,9 +200,10 @@ def register_reads(insn: Instruction) -> list[tuple[int, int, bool]]:
 
 def bank_conflict(insn: Instruction, previous: Instruction | None = None, banks: int = 2) -> bool:
     """True if two distinct registers that ``insn`` reads from the register file fall in one bank
-    (register number mod ``banks``): its operands then take two cycles to collect. An operand that
-    ``previous`` flagged ``.reuse`` in the same slot comes from the operand-reuse cache instead.
-    Two banks is what microbenchmarks found on Volta and later GPUs."""
+    (register number mod ``banks``), each bank delivering one register per cycle: its operands then take
+    two cycles to collect. An operand that ``previous`` flagged ``.reuse`` in the same slot comes from the
+    operand-reuse cache instead. This is the strict model (one read port per bank, as Huerta et al. describe
+    Ampere); Jia et al. find Volta's two banks 64 bits wide, where only three sources in one bank wait."""
     cached = {(slot, r) for slot, r, reuse in (register_reads(previous) if previous else []) if reuse}
     fetched = {r for slot, r, _ in register_reads(insn) if (slot, r) not in cached}
     return len(fetched) > len({r % banks for r in fetched})

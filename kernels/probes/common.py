@@ -16,8 +16,10 @@ CHAPTER = "probes"
 
 
 def lanes_per_sm(cc: str | None = None) -> int:
-    """FP32 lanes per SM of a compute capability ("80") or target ("sm_80"); default this GPU's."""
-    cc = re.sub(r"\D", "", cc or device.target_properties()["cc"])
+    """FP32 lanes per SM of a compute capability ("80") or target ("sm_80"); default this GPU's own (under
+    BOOK_MAX_CC too: a capped compile target does not change the chip's lanes)."""
+    props = device.target_properties()
+    cc = re.sub(r"\D", "", cc or props.get("hardware_cc", props["cc"]))
     if cc not in ceilings.FP32_LANES_PER_SM:
         raise ValueError(f"no FP32 lane count known for compute capability {cc}")
     return ceilings.FP32_LANES_PER_SM[cc]
