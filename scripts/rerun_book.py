@@ -7,6 +7,7 @@ quote their rows), each one's time and the total printed.
                                                     # (on the reference GPU; elsewhere add --force-update)
     python scripts/rerun_book.py --only 03_conv,05_implicit_gemm_deep_shapes
     python scripts/rerun_book.py --skip-done        # resume: skip what this run already executed
+    python scripts/rerun_book.py --budget 540       # start no notebook that would end past 540 s (exit 2)
 
 A notebook that fails does not stop the run; the failures are listed at the end and the exit status is 1.
 ``--skip-done`` skips each notebook that a run of this commit already executed into the output folder
@@ -77,6 +78,13 @@ def save_state(path: Path, commit: str, done: dict) -> None:
     os.replace(tmp, path)
 
 
+def last_duration(nb: Path) -> float:
+    """Seconds papermill took for ``nb`` when it was last executed (its committed metadata), else 0."""
+    import nbformat
+
+    return float(nbformat.read(nb, as_version=4).metadata.get("papermill", {}).get("duration") or 0.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     import nbformat
 
@@ -86,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="only these notebooks (stems, comma-separated), in the book's order")
     parser.add_argument("--skip-done", action="store_true", help="skip notebooks this commit's run already executed")
     parser.add_argument("--no-precompile", action="store_true", help="do not compile the variants first")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help="seconds this call may take: start no notebook whose last duration would end past it (resume later)",
+    )
     args = parser.parse_args(argv)
     if args.force_update and not args.update:
         parser.error("--force-update: only with --update")
@@ -107,15 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     state_path = out_dir / STATE
     done = load_state(state_path, env["commit"]) if args.skip_done else {}
+    began = time.perf_counter()  # --budget counts the precompile too
     if not args.no_precompile:
         start = time.perf_counter()
         status = subprocess.run([sys.executable, str(ROOT / "scripts" / "precompile.py")], cwd=ROOT).returncode
         print(f"precompile: {time.perf_counter() - start:.0f} s{'' if status == 0 else ' (some builds failed)'}")
-    durations, failed = {}, []
+    durations, failed, left = {}, [], []
     for nb in notebooks:
         if nb.stem in done and (out_dir / nb.name).exists():
             print(f"{nb.stem:45s} done earlier in this run ({done[nb.stem]:.1f} s)", flush=True)
             durations[nb.stem] = done[nb.stem]
+            continue
+        if left or (args.budget and time.perf_counter() - began + last_duration(nb) > args.budget):
+            left.append(nb.stem)  # in order: later chapters quote earlier ones' rows
             continue
         start = time.perf_counter()
         try:  # executes into out_dir; with --update, renamed over the committed notebook only if it ran clean
@@ -133,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'total':45s} {sum(durations.values()):7.1f} s ({len(durations)} notebooks on {env['gpu']})")
     print(f"\nThis run on {env['gpu']} vs the reference GPU {results.REFERENCE_GPU} (as committed)")
     print("\n".join(rerun.comparison(mine, env["date"], before)))
+    if left:
+        print(f"\nLEFT for --skip-done (over --budget): {', '.join(left)}")
     if failed:
         print(f"\nFAILED: {', '.join(failed)}")
         return 1
-    return 0
+    return 2 if left else 0
 
 
 if __name__ == "__main__":

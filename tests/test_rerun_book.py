@@ -63,3 +63,14 @@ def test_precompile_builds_what_the_registries_list():
 def test_a_job_reports_its_error_instead_of_raising():
     job, seconds, error = precompile.run(("kernels.conv.model", "compiled", ("NO SUCH STAGE", None)))
     assert error and "NO SUCH STAGE" in error and seconds >= 0
+
+
+def test_a_budget_reads_each_notebooks_last_duration(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["papermill"] = {"duration": 12.5}
+    nbformat.write(nb, tmp_path / "a.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "b.ipynb")
+    assert rerun_book.last_duration(tmp_path / "a.ipynb") == 12.5
+    assert rerun_book.last_duration(tmp_path / "b.ipynb") == 0.0  # never executed: nothing to wait for
