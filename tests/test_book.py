@@ -86,6 +86,7 @@ def test_next_from_the_landing_page_opens_chapter_00(html):
     link = re.search(r'<a class="right-next"\s+href="([^"]+)"', text)
     assert link and link.group(1) == "../notebooks/00_first_kernels.html"
 
+
 # --- one run per book: one GPU, one sitting ---------------------------------------------------------------
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -15,6 +15,7 @@ SOURCES = ("kernels", "scripts", "tests", "book/_ext")
 DISTRIBUTION = {
     "skimage": "scikit-image",
     "cupy": "cupy-cuda12x",
+    "cupyx": "cupy-cuda12x",  # CuPy's SciPy-like extras ship in the same wheel
     "yaml": "pyyaml",
     "IPython": "ipython",
     "cuda": "cuda-bindings",

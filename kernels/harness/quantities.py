@@ -54,15 +54,24 @@ def dram_latency_ns() -> tuple[float, str]:
     return stored("probes", "chase", "HBM latency ns")
 
 
-def fma_latency_cycles() -> tuple[float, str]:
-    """One FP32 FMA's latency: the cycles between a warp's dependent FFMAs with one warp per scheduler (the
-    machine chapter's chain, ``compute.chain_latency_cycles``), not a loop's step, which adds its branch."""
-    from kernels.probes import compute
+# The machine chapter's chain: variant v2 (100 dependent FFMAs a loop trip) in one block of 128 threads, one warp
+# per scheduler; kernels/probes/compute.py runs it under these names.
+CHAIN_VARIANT, CHAIN_THREADS = "v2 double loop", 128
+WARP = 32
+SCHEDULERS_PER_SM = 4  # sm_70 and later: four sub-partitions, each issuing one warp instruction per cycle
 
-    rate, gpu = stored("probes", f"fma {compute.LATENCY_VARIANT}", "FMA per cycle per SM", compute.LATENCY_PROBLEM)
-    return compute.chain_latency_cycles(
-        [{"kernel": f"fma {compute.LATENCY_VARIANT}", "problem": compute.LATENCY_PROBLEM, "value": rate}]
-    ), gpu
+
+def chain_latency(fma_per_cycle_per_sm: float) -> float:
+    """Cycles between one warp's dependent FFMAs when each of the 4 schedulers runs one warp: each issues 32 FMAs
+    a latency, so the SM does 4 x 32 FMAs every latency."""
+    return SCHEDULERS_PER_SM * WARP / fma_per_cycle_per_sm
+
+
+def fma_latency_cycles() -> tuple[float, str]:
+    """One FP32 FMA's latency: the machine chapter's dependent chain (``chain_latency``), not a loop's step,
+    which adds its branch."""
+    rate, gpu = stored("probes", f"fma {CHAIN_VARIANT}", "FMA per cycle per SM", f"1 x {CHAIN_THREADS} threads")
+    return chain_latency(rate), gpu
 
 
 def empty_kernel_us() -> tuple[float, str]:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..harness import check, device, perfmodel, sass, timing
+from ..harness import check, device, perfmodel, quantities, sass, timing
 from ..harness.check import positive_int
 from . import common
 from .common import row
@@ -28,8 +28,7 @@ FMA_KERNELS = {  # variant -> (file, kernel)
 INNER = 100  # the double loop's unrolled inner trip count
 DOUBLE_LOOPS = ("v2 double loop", "v3 immediate", "v4 two chains")  # take outer = iters / INNER
 IMMEDIATE_ADDEND = np.float32(1e-8)  # fma_v3_immediate.cu's ADDEND
-WARP = 32
-SCHEDULERS_PER_SM = 4  # sm_70 and later: four sub-partitions, each issuing one warp instruction per cycle
+WARP, SCHEDULERS_PER_SM = quantities.WARP, quantities.SCHEDULERS_PER_SM
 LIVE_COUNTS = (32, 64, 128, 192, 224, 240, 256, 320)
 SECOND_READ = "FFMA with 2 operand-read cycles"  # fma_loop_report's column: issue_cycles charges these twice
 
@@ -196,18 +195,19 @@ def run_fma(variants, threads_list, *, blocks: int = 1, iters: int = 2**19 - 88,
     return rows
 
 
-LATENCY_VARIANT, LATENCY_THREADS = "v2 double loop", 128  # one warp per scheduler, 100 dependent FFMAs per trip
+# One warp per scheduler, 100 dependent FFMAs per trip: the chain quantities.fma_latency_cycles reads for every page.
+LATENCY_VARIANT, LATENCY_THREADS = quantities.CHAIN_VARIANT, quantities.CHAIN_THREADS
 LATENCY_PROBLEM = f"1 x {LATENCY_THREADS} threads"  # run_fma's name of one block of LATENCY_THREADS
 
 
 def chain_latency_cycles(rows: list[dict]) -> float:
     """The cycles between one warp's dependent FFMAs: ``run_fma`` rows of LATENCY_VARIANT with one block of
     LATENCY_THREADS threads, one warp on each scheduler. A warp issues an FFMA only once the previous one's
-    result is ready, so each scheduler issues 32 FMAs every latency: 4 x 32 / (FMA per cycle per SM)."""
+    result is ready (``quantities.chain_latency``)."""
     found = [r for r in rows if r["kernel"] == f"fma {LATENCY_VARIANT}" and r["problem"] == LATENCY_PROBLEM]
     if not found:
         raise ValueError(f"rows: no row of fma {LATENCY_VARIANT} at {LATENCY_PROBLEM} (run_fma's, with one block)")
-    return SCHEDULERS_PER_SM * WARP / float(found[-1]["value"])
+    return quantities.chain_latency(float(found[-1]["value"]))
 
 
 def tail_blocks(sms: int) -> list[int]:
