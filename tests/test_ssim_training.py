@@ -306,3 +306,25 @@ def test_step_ncu_rows_refuse_a_profile_that_missed_a_version(monkeypatch):
 def test_step_ncu_rows_without_a_gpu_say_why_and_return_no_rows(capsys):
     assert training.step_ncu_rows((1, 3, 64, 128)) == []
     assert "the profile" in capsys.readouterr().out
+
+
+def test_the_floor_checker_and_the_page_read_one_copy_rate():
+    """The page's floor and the ssim-ex-train-floor checker both divide by quantities.copy_gbps(), the copy
+    rate of the GPU whose machine chapter the book shows: where the page's stored run is that GPU's, its glued
+    rate and floor are the checker's."""
+    import json
+
+    from kernels.harness import glue, quantities
+    from kernels.ssim import answers
+
+    nb = json.loads((ROOT / "notebooks" / "02b_ssim_beyond_deep_training.ipynb").read_text())
+    rate, gpu = quantities.copy_gbps()
+    expected = answers.train_floor()
+    moved = sum(training.step_bytes(training.common.BENCH_SHAPE).values())
+    assert expected == {"megabytes": moved / 1e6, "floor_ms": moved / rate / 1e6}
+    page_gpu = nb["metadata"]["lab_run"]["gpu"]
+    if page_gpu != gpu:
+        pytest.skip(f"the page's stored run is {page_gpu}'s, the machine chapter's {gpu}'s: rerun the page on {gpu}")
+    stored = glue.stored(nb)
+    assert float(stored["train_copy_gbps"]) == pytest.approx(rate, rel=1e-6)
+    assert float(stored["train_floor_ms"]) == pytest.approx(expected["floor_ms"], rel=1e-6)
