@@ -25,7 +25,7 @@ COLOUR = (
 GREY = ("brick", "camera", "cell", "clock", "coins", "grass", "gravel", "microaneurysms", "moon", "page", "text")
 CLASSES = ("photograph", "dark", "bright", "low contrast", "blurred", "8-bit", "noisy", "JPEG-like")
 LIMITS = {"map error": 1e-4, "mean error": 1e-6, "gradient error": 1e-5}  # the book's stated accuracy
-MAX_SIDE = (601, 801)  # crops at most this tall and wide (odd), so the whole set checks in seconds
+MAX_SIDE = (401, 601)  # crops at most this tall and wide (odd), so the whole set checks in seconds
 RENDER_NOISE = 0.01  # a rendering close to its target
 NOISE = 0.05  # the noisy class
 
