@@ -72,6 +72,75 @@ def test_bad_input_names_the_constraint():
         torch_ssim.fused_ssim(img1, img2.half().requires_grad_(True))
 
 
+@pytest.mark.gpu
+@needs_gpu
+def test_half_precision_cpu_and_foreign_arrays_are_refused_by_name():
+    """fp16 and bf16 get an error that says how to convert (nothing is converted silently); a CPU tensor's
+    error names its device, and an array that is not a tensor its type."""
+    torch = pytest.importorskip("torch")
+    a, _, img1, img2 = tensors((1, 1, 11, 11), 1)
+    for dtype in (torch.float16, torch.bfloat16):
+        with pytest.raises(
+            TypeError, match=rf"img1: expected a float32 CUDA tensor, got {dtype} on cuda:\d.*img\.float\(\)"
+        ):
+            torch_ssim.fused_ssim(img1.detach().to(dtype), img2)
+    with pytest.raises(TypeError, match=r"img2: expected a float32 CUDA tensor, got torch\.float32 on cpu"):
+        torch_ssim.fused_ssim(img1, img2.cpu())
+    with pytest.raises(TypeError, match="img1: expected a float32 CUDA tensor, got ndarray"):
+        torch_ssim.fused_ssim(a, img2)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_tensors_off_the_current_device_are_refused_by_name(monkeypatch):
+    """Tensors on another GPU than the current one (as one of two GPUs would be) get an error naming the
+    devices: the kernels launch on the current device. A second GPU is played by the current device's index."""
+    torch = pytest.importorskip("torch")
+    _, _, img1, img2 = tensors((1, 1, 11, 11), 1)
+    other = img1.device.index + 1
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: other)
+    with pytest.raises(
+        ValueError, match=rf"must be on the current CUDA device \(cuda:{other}\), got cuda:\d and cuda:\d"
+    ):
+        torch_ssim.fused_ssim(img1, img2)
+
+
+def _layouts(torch, x):
+    """x's values in other layouts: (name, the tensor passed, the leaf that gets the gradient, a function from
+    the leaf's gradient to x's layout)."""
+    last = x.to(memory_format=torch.channels_last).requires_grad_(True)
+    yield "channels_last", last, last, lambda g: g
+    w = x.shape[3]
+    wide = torch.zeros((*x.shape[:3], w + 7), device=x.device)
+    wide[..., 3 : 3 + w] = x
+    wide.requires_grad_(True)
+    yield "slice", wide[..., 3 : 3 + w], wide, lambda g: g[..., 3 : 3 + w]
+    flipped = x.transpose(2, 3).contiguous().requires_grad_(True)
+    yield "transposed view", flipped.transpose(2, 3), flipped, lambda g: g.transpose(2, 3)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_channels_last_and_non_contiguous_tensors_give_the_contiguous_result(rng):
+    """The same values in another memory layout give the same mean and the same gradient, each image's
+    gradient in its own layout."""
+    torch = pytest.importorskip("torch")
+    seed = int(rng.integers(2**31))
+    a, b = common.test_images((2, 3, 37, 53), kind="structured", seed=seed)
+    x, y = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+    ref = x.clone().requires_grad_(True)
+    want = torch_ssim.fused_ssim(ref, y)
+    (1 - want).backward()
+    for name, view, leaf, back in _layouts(torch, x):
+        assert not view.is_contiguous(), name
+        got = torch_ssim.fused_ssim(view, y)
+        (1 - got).backward()
+        assert abs(float(got) - float(want)) <= 1e-7, f"{name} seed {seed}"  # float64 atomics: order may vary
+        grad = back(leaf.grad)
+        assert grad.shape == ref.grad.shape, name
+        assert float((grad - ref.grad).abs().max()) <= 1e-7 * float(ref.grad.abs().max()), f"{name} seed {seed}"
+
+
 @pytest.mark.parametrize("padding", ["same", "valid"])
 @pytest.mark.parametrize("wanted", [("img2",), ("img1", "img2")])
 @pytest.mark.parametrize("shape", [(1, 1, 11, 13), (2, 1, 37, 53), (2, 3, 70, 131)])

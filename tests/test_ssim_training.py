@@ -148,7 +148,7 @@ def test_a_peer_that_cannot_run_gets_a_line_not_a_crash(tmp_path, capfd):
     # a folder whose fused_ssim cannot be imported: the worker fails in its own process, the others go on
     (tmp_path / "fused_ssim").mkdir()
     (tmp_path / "fused_ssim" / "__init__.py").write_text("raise ImportError('not built')\n")
-    rows = training.peer_rows((1, 1, 16, 16), {"broken": str(tmp_path)}, repeat=1)
+    rows = training.user_rows({"broken": str(tmp_path)}, repeat=1, shapes=((1, 1, 16, 16),), adam_steps=0)
     out = capfd.readouterr().out
     assert "broken: not measured (" in out
     assert all(r["kernel"] != "broken" for r in rows)
@@ -163,6 +163,74 @@ def test_our_api_is_timed_on_every_metric_the_peers_are():
     assert all(np.isfinite(r["value"]) and r["value"] >= 0 for r in rows)
 
 
+def test_the_user_comparison_names_its_shapes_and_targets():
+    problems = ["x".join(map(str, s)) for s in training.USER_SHAPES]
+    assert problems == ["1x3x2160x3840", "1x3x1080x1920", "1x3x822x1237", "4x3x512x512"]
+    assert list(training.LOOP_TARGETS) == problems and min(training.LOOP_TARGETS.values()) >= 1
+    assert training.USER_SHAPES[0] == training.common.BENCH_SHAPE  # PEER_METRICS' details are measured there
+    assert training.ADAM_SHAPE in training.USER_SHAPES and training.HOST_SHAPE[-1] < 64
+
+
+def test_adam_curves_become_rows_sampled_and_compared_with_ours():
+    ours = [0.5 - 0.01 * k for k in range(21)]
+    peer = [v + (3e-6 if k == 13 else 1e-7) for k, v in enumerate(ours)]
+    rows = training.curve_rows({"ours": ours, "fused-ssim": peer}, "1x1x8x8")
+    assert all(r["problem"] == "1x1x8x8" for r in rows)
+    by = training.by_candidate(rows, (1, 1, 8, 8))
+    assert by["ours"]["Adam loss start"] == 0.5 and by["ours"]["Adam loss end"] == pytest.approx(0.3)
+    assert "Adam max loss difference" not in by["ours"]
+    assert by["fused-ssim"]["Adam max loss difference"] == pytest.approx(3e-6)
+    steps, losses = training.loss_curve(by["ours"])
+    assert steps == list(range(0, 21, training.ADAM_EVERY)) and losses == [ours[k] for k in steps]
+    alone = training.curve_rows({"fused-ssim": peer}, "1x1x8x8")  # without ours: no difference to give
+    assert not any(r["metric"] == "Adam max loss difference" for r in alone)
+
+
+def test_every_row_gets_a_unit():
+    units = {
+        m: training._unit(m)
+        for m in (
+            "training step",
+            "training step IQR",
+            "Adam loss at step 10",
+            "images",
+            "map error",
+            "Adam ms per step",
+        )
+    }
+    assert units == {
+        "training step": "ms",
+        "training step IQR": "rel",
+        "Adam loss at step 10": "1",
+        "images": "1",
+        "map error": "abs",
+        "Adam ms per step": "ms",
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not device.on_gpu(), reason="needs a CUDA GPU")
+def test_the_user_comparison_times_the_step_runs_adam_and_scores_accuracy():
+    pytest.importorskip("torch")
+    from kernels.ssim import accuracy
+
+    shapes = ((1, 3, 64, 128), (2, 1, 33, 47))
+    rows = training.user_rows({}, repeat=2, shapes=shapes, adam_shape=(1, 1, 40, 40), adam_steps=21, photos=("camera",))
+    assert all(r["kernel"] == "ours" and np.isfinite(float(r["value"])) for r in rows)
+    for shape in shapes:
+        found = training.by_candidate(rows, shape)["ours"]
+        assert {"training step", "training step, host loop", "training step IQR"} <= found.keys()
+        assert all(found[m] > 0 for m in ("training step", "training step, host loop"))
+    assert set(training.PEER_METRICS) <= training.by_candidate(rows, shapes[0])["ours"].keys()
+    adam = training.by_candidate(rows, (1, 1, 40, 40))["ours"]
+    steps, losses = training.loss_curve(adam)
+    assert steps == [0, 10, 20] and adam["Adam ms per step"] > 0
+    assert adam["Adam loss end"] < adam["Adam loss start"]  # Adam lowers 1 - SSIM
+    for klass in accuracy.CLASSES:
+        found = training.by_candidate(rows, f"accuracy {klass}")["ours"]
+        assert found["images"] == 1 and set(accuracy.LIMITS) <= found.keys()
+
+
 @pytest.mark.parametrize("mode", [device.GPU, device.SIM], ids=["parent-on-the-gpu", "parent-in-the-simulator"])
 def test_a_candidate_process_runs_in_the_parent_s_mode(monkeypatch, mode):
     """On a GPU, the results page's import (BOOK_MODE=sim) or a simulated run (NUMBA_ENABLE_CUDASIM=1) may
@@ -172,13 +240,13 @@ def test_a_candidate_process_runs_in_the_parent_s_mode(monkeypatch, mode):
 
     def run(args, env, **kwargs):
         seen.update(env)
-        return subprocess.CompletedProcess(args, 0, stdout='{"training step": 1.0}\n', stderr="")
+        return subprocess.CompletedProcess(args, 0, stdout='{"rows": []}\n', stderr="")
 
     monkeypatch.setattr(training.device, "MODE", mode)
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
     monkeypatch.setenv("BOOK_MODE", device.SIM)
     monkeypatch.setattr(training.subprocess, "run", run)
-    assert training._candidate("ours", None, (1, 1, 16, 16), 1) == {"training step": 1.0}
+    assert training._candidate("ours", None, training._spec([(1, 1, 16, 16)], 1)) == {"rows": []}
     assert seen["BOOK_MODE"] == mode
     assert ("NUMBA_ENABLE_CUDASIM" in seen) == (mode == device.SIM)
 
@@ -238,3 +306,25 @@ def test_step_ncu_rows_refuse_a_profile_that_missed_a_version(monkeypatch):
 def test_step_ncu_rows_without_a_gpu_say_why_and_return_no_rows(capsys):
     assert training.step_ncu_rows((1, 3, 64, 128)) == []
     assert "the profile" in capsys.readouterr().out
+
+
+def test_the_floor_checker_and_the_page_read_one_copy_rate():
+    """The page's floor and the ssim-ex-train-floor checker both divide by quantities.copy_gbps(), the copy
+    rate of the GPU whose machine chapter the book shows: where the page's stored run is that GPU's, its glued
+    rate and floor are the checker's."""
+    import json
+
+    from kernels.harness import glue, quantities
+    from kernels.ssim import answers
+
+    nb = json.loads((ROOT / "notebooks" / "02b_ssim_beyond_deep_training.ipynb").read_text())
+    rate, gpu = quantities.copy_gbps()
+    expected = answers.train_floor()
+    moved = sum(training.step_bytes(training.common.BENCH_SHAPE).values())
+    assert expected == {"megabytes": moved / 1e6, "floor_ms": moved / rate / 1e6}
+    page_gpu = nb["metadata"]["lab_run"]["gpu"]
+    if page_gpu != gpu:
+        pytest.skip(f"the page's stored run is {page_gpu}'s, the machine chapter's {gpu}'s: rerun the page on {gpu}")
+    stored = glue.stored(nb)
+    assert float(stored["train_copy_gbps"]) == pytest.approx(rate, rel=1e-6)
+    assert float(stored["train_floor_ms"]) == pytest.approx(expected["floor_ms"], rel=1e-6)

@@ -237,15 +237,20 @@ def _compiled_path(img1, img2, padding: str, version: str):
 def fused_ssim(img1, img2, padding: str = "same", train: bool = True, version: str = MEAN):
     """Mean SSIM of two (N, C, H, W) float32 tensors on the current CUDA device, differentiable (when ``train``) in
     each image that requires grad, by ``version``'s kernels (one of VERSIONS). A tensor that is not
-    contiguous (channels-last, a slice) is copied to a contiguous one first."""
+    contiguous (channels-last, a slice) is copied to a contiguous one first (its gradient comes back in its own
+    layout). fp16 and bf16 tensors are refused, not converted: the caller decides where float32 copies live."""
     if version not in VERSIONS:
         raise ValueError(f"version: expected one of {VERSIONS}, got {version!r}")
     torch = _torch()
     if padding not in PADDINGS:
         raise ValueError(f"padding: expected one of {PADDINGS}, got {padding!r}")
     for name, t in (("img1", img1), ("img2", img2)):
-        if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != torch.float32:
-            raise TypeError(f"{name}: expected a float32 CUDA tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a float32 CUDA tensor, got {type(t).__name__}")
+        if not t.is_cuda or t.dtype != torch.float32:
+            half = t.dtype in (torch.float16, torch.bfloat16)
+            hint = " (the kernels read float32: pass img.float())" if half else ""
+            raise TypeError(f"{name}: expected a float32 CUDA tensor, got {t.dtype} on {t.device}{hint}")
     here = torch.cuda.current_device()
     if img1.device.index != here or img2.device.index != here:
         raise ValueError(

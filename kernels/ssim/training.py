@@ -13,7 +13,9 @@ torch_ssim.py) on float32 CUDA tensors, and for the map the call under it: the p
 through DLPack. Each is timed per call: CUDA events around the Python call, the median after
 a warm-up, with the GPU held while the calls are queued (timing.benchmark), so a time is the GPU time
 of everything the call launches, its small PyTorch operations included; the host's launch cost is
-hidden as long as the host queues calls faster than the GPU runs them.
+hidden as long as the host queues calls faster than the GPU runs them. ``user_rows`` also times the step
+as a loop pays for it (timing.per_call, the host's clock), runs an Adam loop with each candidate, and scores
+ours on natural images (accuracy.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +50,16 @@ PEER_METRICS = {  # name: unit
     "mean error": "abs",
     "gradient error": "rel",
 }
+# The comparison a user reads (user_rows): a training step at each shape, the host's cost alone at a tiny
+# image, and a real Adam loop.
+# 4K, 1080p, a quarter-resolution Mip-NeRF 360 frame, a batch of four 512 x 512 crops.
+USER_SHAPES = (common.BENCH_SHAPE, (1, 3, 1080, 1920), (1, 3, 822, 1237), (4, 3, 512, 512))
+HOST_SHAPE = (1, 3, 32, 32)  # the GPU's work is negligible: the time is the host's
+# The targets the page states: the faster peer's host-loop step over ours, at least (1: never slower).
+LOOP_TARGETS = {"1x3x2160x3840": 2.5, "1x3x1080x1920": 1.8, "1x3x822x1237": 1.0, "4x3x512x512": 1.2}
+ADAM_SHAPE, ADAM_STEPS, ADAM_LR, ADAM_EVERY = (1, 3, 1080, 1920), 300, 0.01, 10
+ADAM_LOSS_ATOL = 1e-5  # the final losses must agree within it
+REPEAT = 20  # steps per batch of the host loop (5 batches), and GPU-held steps
 
 
 def step_bytes(shape) -> dict:
@@ -150,8 +163,9 @@ def side_by_side_rows(shape, repeat: int = 50) -> list[dict]:
     ]
 
 
-def _worker(name: str, shape: tuple, repeat: int) -> dict:
-    """Time and check one candidate in this process: {metric: value}."""
+def _api(name: str):
+    """(fused_ssim, ssim_map, capture or None) of candidate ``name`` in this process: ours (torch_ssim.py),
+    or the peer whose ``fused_ssim`` package comes first on the import path."""
     import torch
 
     if name == "ours":
@@ -163,36 +177,65 @@ def _worker(name: str, shape: tuple, repeat: int) -> dict:
             return torch.from_dlpack(
                 common.run(MEAN, cupy.from_dlpack(x.detach()), cupy.from_dlpack(y), check_range=False)
             )
-    else:
-        import fused_ssim as peer
-        from fused_ssim import fused_ssim
 
-        def ssim_map(x, y):
-            return peer.FusedSSIMMap.apply(common.C1, common.C2, x.contiguous(), y, "same", False)
+        return fused_ssim, ssim_map, capture
+    import fused_ssim as peer
 
-    a, b = common.test_images(shape, kind="structured", seed=7)
-    img1 = torch.as_tensor(a, device="cuda").requires_grad_(True)
-    img2 = torch.as_tensor(b, device="cuda")
+    def peer_map(x, y):
+        return peer.FusedSSIMMap.apply(common.C1, common.C2, x.contiguous(), y, "same", False)
 
-    def infer(fn):
-        with torch.no_grad():
-            fn(img1, img2)
+    return peer.fused_ssim, peer_map, None  # the peers' steps are not known to be capturable
 
-    def ssim_mean(x, y):
-        return fused_ssim(x, y, train=False)
+
+def _step_times(fused_ssim, shape, repeat: int) -> dict:
+    """A user's training step at ``shape`` (forward ``1 - ssim``, backward for img1), timed in a host loop
+    (timing.per_call: the wall clock of back-to-back steps) and with the GPU held (CUDA events, median).
+    The images are random, made on the GPU (the time does not depend on them)."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    img2 = torch.rand(shape, generator=gen, device="cuda")
+    img1 = (img2 + 0.2 * torch.randn(shape, generator=gen, device="cuda")).clamp_(0, 1).requires_grad_(True)
 
     def step():
         img1.grad = None
         (1 - fused_ssim(img1, img2)).backward()
 
-    found = {
-        "inference map": timing.benchmark(lambda: infer(ssim_map), repeat=repeat).median_ms,
-        "inference mean": timing.benchmark(lambda: infer(ssim_mean), repeat=repeat).median_ms,
-        "training forward": timing.benchmark(lambda: fused_ssim(img1, img2), repeat=repeat).median_ms,
-        "training step": timing.benchmark(step, repeat=repeat).median_ms,
-        "training step, host loop": timing.per_call(step, repeat=repeat).median_ms,
+    loop = timing.per_call(step, repeat=repeat)
+    held = timing.benchmark(step, repeat=repeat)
+    return {
+        "training step, host loop": loop.median_ms,
+        "training step, host loop IQR": loop.spread,
+        "training step": held.median_ms,
+        "training step IQR": held.spread,
     }
-    if name == "ours":  # the peers' steps are not known to be capturable
+
+
+def _details(fused_ssim, ssim_map, capture, shape, repeat: int) -> dict:
+    """The rest of PEER_METRICS at ``shape``: inference, the training forward, ours in a CUDA graph, and the
+    mean's and gradient's errors against float64."""
+    import torch
+
+    a, b = common.test_images(shape, kind="structured", seed=7)
+    img1, img2 = torch.as_tensor(a, device="cuda").requires_grad_(True), torch.as_tensor(b, device="cuda")
+
+    def infer(fn):
+        with torch.no_grad():
+            fn(img1, img2)
+
+    def step():
+        img1.grad = None
+        (1 - fused_ssim(img1, img2)).backward()
+
+    def held(fn):
+        return timing.benchmark(fn, repeat=repeat).median_ms
+
+    found = {
+        "inference map": held(lambda: infer(ssim_map)),
+        "inference mean": held(lambda: infer(lambda x, y: fused_ssim(x, y, train=False))),
+        "training forward": held(lambda: fused_ssim(img1, img2)),
+    }
+    if capture is not None:
         graph, _ = capture(step)
         found["training step, CUDA graph"] = timing.per_call(graph.replay, repeat=repeat).median_ms
     img1.grad = None
@@ -208,7 +251,80 @@ def _worker(name: str, shape: tuple, repeat: int) -> dict:
     return found
 
 
-def _candidate(name: str, folder: str | None, shape: tuple, repeat: int) -> dict | None:
+def _adam(fused_ssim, shape, steps: int, warmup: int = 10) -> tuple[float, list[float]]:
+    """A real optimisation: Adam (lr ADAM_LR) on img1, from the same starting image towards the same target for
+    every candidate, loss ``1 - ssim``. Returns the ms per step (wall clock of ``steps`` steps, one synchronize
+    at the end) and the loss of each step, then the loss after the last update (steps + 1 values)."""
+    import torch
+
+    a, b = common.test_images(shape, kind="structured", seed=11)
+    target, start = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+
+    def run(n: int):
+        x = start.clone().requires_grad_(True)
+        opt = torch.optim.Adam([x], lr=ADAM_LR)
+        losses = []
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = 1 - fused_ssim(x, target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())  # no copy to the host inside the loop
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3 / n
+        with torch.no_grad():
+            losses.append(1 - fused_ssim(x.detach(), target))
+        return ms, torch.stack(losses).double().cpu().tolist()
+
+    run(warmup)  # first calls: plans, kernel loads, the allocator's pools
+    return run(steps)
+
+
+def _worker(name: str, spec: dict) -> dict:
+    """Time and check candidate ``name`` in this process as ``spec`` asks (see ``_spec``): {"rows": [rows
+    without kernel and unit], "curve": the Adam loop's losses, or absent}."""
+    fused_ssim, ssim_map, capture = _api(name)
+    rows, out = [], {}
+
+    def add(shape, found: dict):
+        problem = shape if isinstance(shape, str) else "x".join(map(str, shape))
+        rows.extend({"problem": problem, "metric": m, "value": float(v)} for m, v in found.items())
+
+    for shape in map(tuple, spec["shapes"]):
+        add(shape, _step_times(fused_ssim, shape, spec["repeat"]))
+        if shape == tuple(spec.get("details") or ()):
+            add(shape, _details(fused_ssim, ssim_map, capture, shape, spec["repeat"]))
+    if spec.get("adam_steps"):
+        ms, out["curve"] = _adam(fused_ssim, tuple(spec["adam_shape"]), spec["adam_steps"])
+        add(tuple(spec["adam_shape"]), {"Adam ms per step": ms})
+    if spec.get("accuracy") and name == "ours":
+        from . import accuracy
+
+        worst = accuracy.worst_by_class(accuracy.measure(fused_ssim, ssim_map, photos=spec.get("photos")))
+        for row in worst:
+            add(f"accuracy {row['class']}", {"images": row["images"], **{m: row[m] for m in accuracy.LIMITS}})
+    out["rows"] = rows
+    return out
+
+
+def _spec(shapes, repeat: int, details=None, adam_shape=None, adam_steps: int = 0, accuracy: bool = False, photos=None):
+    """What one candidate's process measures: the step at each of ``shapes`` (``repeat`` calls), the rest of
+    PEER_METRICS at ``details``, an Adam loop of ``adam_steps`` at ``adam_shape``, and (ours only) the
+    accuracy on natural images (``photos``: scikit-image's names, None for all)."""
+    return {
+        "shapes": [list(s) for s in shapes],
+        "repeat": repeat,
+        "details": list(details) if details else None,
+        "adam_shape": list(adam_shape) if adam_shape else None,
+        "adam_steps": adam_steps,
+        "accuracy": accuracy,
+        "photos": photos,
+    }
+
+
+def _candidate(name: str, folder: str | None, spec: dict) -> dict | None:
     """One candidate in a fresh process (``folder`` first on its import path); None, with a line, if it fails."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, str(ROOT), env.get("PYTHONPATH")) if p)
@@ -218,8 +334,7 @@ def _candidate(name: str, folder: str | None, shape: tuple, repeat: int) -> dict
         env["BOOK_MODE"] = device.MODE
     if device.MODE == device.GPU:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
-    shape_arg = ",".join(map(str, shape))
-    args = [sys.executable, "-m", "kernels.ssim.training", name, shape_arg, str(repeat)]
+    args = [sys.executable, "-m", "kernels.ssim.training", name, json.dumps(spec)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
@@ -227,6 +342,72 @@ def _candidate(name: str, folder: str | None, shape: tuple, repeat: int) -> dict
         print(f"{name}: not measured ({why})")
         return None
     return json.loads(lines[-1])
+
+
+def _unit(metric: str) -> str:
+    if metric in PEER_METRICS:
+        return PEER_METRICS[metric]
+    if metric.endswith("IQR"):
+        return "rel"
+    if metric.startswith("Adam loss") or metric == "images":
+        return "1"
+    return "abs" if metric.endswith("error") or metric.endswith("difference") else "ms"
+
+
+def _measured(peers: dict[str, str], spec: dict) -> tuple[list[dict], dict]:
+    """Every candidate (ours, then each peer) measured as ``spec`` asks: (rows, {name: Adam curve})."""
+    rows, curves = [], {}
+    for name, folder in {"ours": None, **peers}.items():
+        found = _candidate(name, folder, spec) or {}
+        rows += [{"kernel": name, **r, "unit": _unit(r["metric"])} for r in found.get("rows", [])]
+        if "curve" in found:
+            curves[name] = found["curve"]
+    return rows, curves
+
+
+def peer_rows(shape, peers: dict[str, str], repeat: int = 50) -> list[dict]:
+    """Ours and each peer, per call, in processes of their own: rows of PEER_METRICS at ``shape``."""
+    rows, _ = _measured(peers, _spec([shape], repeat, details=shape))
+    return [r for r in rows if r["metric"] in PEER_METRICS]
+
+
+def user_rows(peers: dict[str, str], repeat: int = REPEAT, **spec) -> list[dict]:
+    """The comparison a user reads: each candidate's training step at every one of USER_SHAPES and at
+    HOST_SHAPE (host loop and GPU held), the rest of PEER_METRICS at the first of USER_SHAPES, the Adam loop
+    (ms per step; its loss every ADAM_EVERY steps, the first and last; each peer's largest difference from
+    ours over every step), and ours' accuracy on natural images. ``spec`` overrides ``_spec``'s arguments
+    (the tests' small sizes)."""
+    shapes = spec.pop("shapes", (*USER_SHAPES, HOST_SHAPE))
+    args = {"details": shapes[0], "adam_shape": ADAM_SHAPE, "adam_steps": ADAM_STEPS, "accuracy": True, **spec}
+    rows, curves = _measured(peers, _spec(shapes, repeat, **args))
+    return rows + curve_rows(curves, "x".join(map(str, args["adam_shape"])))
+
+
+def curve_rows(curves: dict[str, list[float]], problem: str) -> list[dict]:
+    """Rows of the Adam curves: each candidate's loss at the first and last step and every ADAM_EVERY steps,
+    and each peer's largest loss difference from ours over every step (where ours ran)."""
+    rows = []
+
+    def add(name, metric, value):
+        rows.append(
+            {"kernel": name, "problem": problem, "metric": metric, "value": float(value), "unit": _unit(metric)}
+        )
+
+    for name, curve in curves.items():
+        add(name, "Adam loss start", curve[0])
+        add(name, "Adam loss end", curve[-1])
+        for k in range(0, len(curve), ADAM_EVERY):
+            add(name, f"Adam loss at step {k}", curve[k])
+        if name != "ours" and "ours" in curves and len(curves["ours"]) == len(curve):
+            add(name, "Adam max loss difference", max(abs(p - o) for p, o in zip(curve, curves["ours"], strict=True)))
+    return rows
+
+
+def loss_curve(found: dict[str, float]) -> tuple[list[int], list[float]]:
+    """(steps, losses) of one candidate's stored Adam curve ({metric: value}, as by_candidate gives)."""
+    prefix = "Adam loss at step "
+    points = sorted((int(m[len(prefix) :]), v) for m, v in found.items() if m.startswith(prefix))
+    return [k for k, _ in points], [v for _, v in points]
 
 
 def peers_from_env(text: str | None = None) -> dict[str, str]:
@@ -241,22 +422,10 @@ def peers_from_env(text: str | None = None) -> dict[str, str]:
     return peers
 
 
-def peer_rows(shape, peers: dict[str, str], repeat: int = 50) -> list[dict]:
-    """Ours and each peer, per call, in processes of their own: rows of PEER_METRICS."""
-    problem = "x".join(map(str, shape))
-    rows = []
-    for name, folder in {"ours": None, **peers}.items():
-        found = _candidate(name, folder, tuple(shape), repeat)
-        for metric, value in (found or {}).items():
-            rows.append(
-                {"kernel": name, "problem": problem, "metric": metric, "value": value, "unit": PEER_METRICS[metric]}
-            )
-    return rows
-
-
 def by_candidate(rows: list[dict], shape) -> dict[str, dict[str, float]]:
-    """{kernel: {metric: value}} of the rows (measured or stored, such as peer_rows gives) at ``shape``."""
-    problem = "x".join(map(str, shape))
+    """{kernel: {metric: value}} of the rows (measured or stored, such as peer_rows gives) at ``shape`` (or of
+    the problem that string names)."""
+    problem = shape if isinstance(shape, str) else "x".join(map(str, shape))
     found: dict = {}
     for r in rows:
         if r["problem"] == problem:
@@ -313,11 +482,10 @@ def _launch_steps(shape) -> None:
     device.xp().cuda.Device().synchronize()
 
 
-# A worker: python -m kernels.ssim.training NAME N,C,H,W REPEAT times and checks candidate NAME (_worker);
-# NAME "steps" launches each version of step.cu once instead (step_ncu_rows profiles it; REPEAT unused).
+# A worker: python -m kernels.ssim.training NAME SPEC times and checks candidate NAME as the JSON SPEC asks
+# (_worker, _spec); "steps N,C,H,W 1" launches each version of step.cu once instead (step_ncu_rows profiles it).
 if __name__ == "__main__":
-    name, shape, repeat = sys.argv[1], tuple(int(v) for v in sys.argv[2].split(",")), int(sys.argv[3])
-    if name == "steps":  # for step_ncu_rows
-        _launch_steps(shape)
+    if sys.argv[1] == "steps":  # for step_ncu_rows
+        _launch_steps(tuple(int(v) for v in sys.argv[2].split(",")))
     else:
-        print(json.dumps(_worker(name, shape, repeat)))
+        print(json.dumps(_worker(sys.argv[1], json.loads(sys.argv[2]))))
