@@ -71,16 +71,26 @@ def launch_all(problem: str, names: list[str] | None = None) -> None:
     """Run every GPU stage (or those named) once on ``problem`` (for ncu or compute-sanitizer); check
     the results against the float64 reference where that takes seconds (conv1's would take minutes)."""
     p = common.PROBLEMS[problem]
+    checked, left_out = [], []
     for s in chosen(names):
         if not takes(s, p):
-            print(f"skip {s.name}: needs C % {s.c_multiple} == 0 and K % {s.k_multiple} == 0")
+            left_out.append(s.name)
         elif p.flops < 2e10:
-            print(common.check_stage(s, p, seed=0))
+            checked.append(common.check_stage(s, p, seed=0))
+            if not checked[-1].ok:
+                print(checked[-1])
         else:
             xp = device.xp()
             x, f = (xp.asarray(a) for a in common.to_layout(*common.random_inputs(p, seed=0), s.layout))
             y = common.run(s, x, f)
             print(f"ran {s.name} on {problem}: {'finite' if bool(xp.isfinite(y).all()) else 'NOT FINITE'}")
+    # one line per problem, not one per stage: the failures above, if any
+    if checked:
+        passed = sum(r.ok for r in checked)
+        line = f"{problem} ({p.n}x{p.c}x{p.h}x{p.w} -> {p.k}): {passed} of {len(checked)} stages match the reference"
+        if left_out:
+            line += f"; {len(left_out)} left out (their vector loads need C and K in multiples of 4)"
+        print(line)
 
 
 def ncu_path(problem: str) -> Path:

@@ -440,6 +440,19 @@ def test_l1_size_comes_from_the_compute_capability():
     assert model.l1_smem_bytes(T4) == 64 * 1024  # not listed: shared memory alone
 
 
+def test_l1_size_and_lanes_are_the_chips_own_under_a_cap(monkeypatch):
+    """BOOK_MAX_CC lowers the compile target, not the SM the kernels run on: an H100 capped at sm_75 keeps
+    its 256 KB of L1 and shared memory and its 128 FP32 lanes per SM."""
+    from kernels.harness import ceilings
+
+    monkeypatch.setenv("BOOK_MAX_CC", "7.5")
+    capped = device.capped(device.REFERENCE_PROPERTIES)
+    assert capped["cc"] == "75"
+    assert model.l1_smem_bytes(capped) == 256 * 1024
+    assert ceilings.fp32_lanes_per_sm(capped) == 128
+    assert ceilings.fp32_lanes_per_sm(T4) == 64
+
+
 def test_occupancy_charges_the_tail_where_ncu_saw_it():
     """SPLIT-K on conv2: 600 blocks, 3 resident per SM (151 registers). A busiest SM with 5 blocks is
     the spread tail the model assumes; with 6 it ran two full waves."""

@@ -215,3 +215,13 @@ def test_residency_is_limited_by_shared_memory_too(monkeypatch):
     """A block of WINOGRAD needs over half an SM's shared memory, so one fits whatever the registers."""
     monkeypatch.setattr(winograd.perfmodel, "register_warps", lambda registers: 64)  # room for 8 blocks
     assert winograd.block_instructions(common.PROBLEMS["conv2"])[1] == 1
+
+
+@pytest.mark.parametrize(("cap", "why"), [("7.5", "sm_80 or newer"), ("8.0", "163 KB"), ("8.9", "99 KB")])
+def test_the_page_says_why_a_capped_gpu_cannot_run_winograd(cap, why, monkeypatch):
+    """A T4 lacks cp.async; an A100's block may have 163 KB of shared memory, an sm_89 block 99 KB, fewer than
+    WINOGRAD's buffers take; the H100 runs it."""
+    monkeypatch.setenv("BOOK_MAX_CC", cap)
+    said = winograd.unsupported(device.capped(device.REFERENCE_PROPERTIES))
+    assert said.startswith(winograd.NAME) and why in said
+    assert winograd.unsupported(device.REFERENCE_PROPERTIES) is None

@@ -246,9 +246,10 @@ L1_SMEM_KB = {"80": 192, "86": 128, "87": 192, "89": 128, "90": 256}
 
 
 def l1_smem_bytes(props: dict) -> int:
-    """The L1 + shared memory array of one SM of the GPU ``props`` describes; for a compute capability
-    the table does not list, its shared memory alone (a lower bound)."""
-    kb = L1_SMEM_KB.get(props.get("cc", ""))
+    """The L1 + shared memory array of one SM of the GPU ``props`` describes (the chip's own capability,
+    ``hardware_cc``, where ``BOOK_MAX_CC`` lowered the compile target); for a compute capability the table
+    does not list, its shared memory alone (a lower bound)."""
+    kb = L1_SMEM_KB.get(props.get("hardware_cc", props.get("cc", "")))
     return kb * 1024 if kb else props["smem_per_sm_bytes"]
 
 

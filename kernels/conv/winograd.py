@@ -25,6 +25,7 @@ HALO = "HALO TILE"  # the direct stage it is set beside: the same 16 x 16 tiles,
 FILE = "conv/winograd.cu"
 KERNEL, FILTER_KERNEL = "conv_winograd", "winograd_filter"
 BKC = 16  # input channels per shared-memory step, the .cu file's default
+MIN_CC = 80  # the halo and filter copies are cp.async
 BN, TILE, THREADS = 32, 16, 256  # output channels, output pixels per side and threads of a block
 # What Nsight Compute reports for each kernel: warp instructions, issue activity and why warps waited
 NCU = {
@@ -83,6 +84,20 @@ def smem_bytes(bkc: int = BKC) -> int:
     halo = (TILE + 2) * ((TILE + 2) * bkc + 4)
     v = max(16 * bkc * (TILE * TILE // 4 + 4), 16 * (64 * 8 + 64))
     return 4 * (2 * (halo + 16 * bkc * BN) + v)
+
+
+def unsupported(props: dict, bkc: int = BKC) -> str | None:
+    """Why the GPU ``props`` describes (device.properties() keys) cannot run WINOGRAD: its copies are
+    ``cp.async`` (sm_80 on), and its block's shared memory must fit what one block may have; None if it can."""
+    cc = int(props["cc"])
+    if cc < MIN_CC:
+        return f"{NAME} needs sm_{MIN_CC} or newer (cp.async); this GPU is sm_{cc}"
+    if smem_bytes(bkc) > props["smem_per_block_optin_bytes"]:
+        return (
+            f"{NAME} needs {smem_bytes(bkc) / 1024:.0f} KB of shared memory per block; this GPU allows "
+            f"{props['smem_per_block_optin_bytes'] / 1024:.0f} KB"
+        )
+    return None
 
 
 def _options(bkc: int, one_pass: bool) -> tuple[str, ...]:

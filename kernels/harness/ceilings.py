@@ -31,15 +31,23 @@ class Ceilings:
 def peaks(props: dict | None = None) -> dict:
     """Theoretical DRAM GB/s, FP32 GFLOP/s and shared-memory GB/s from the device's units and clocks."""
     p = props or device.properties()
-    if p["cc"] not in FP32_LANES_PER_SM:
-        raise ValueError(f"no FP32 lane count known for compute capability {p['cc']}")
+    lanes = fp32_lanes_per_sm(p)
     clock_ghz = p["max_sm_clock_mhz"] / 1000
     return {
         # double data rate: two transfers per memory clock
         "dram_gbps": 2 * p["mem_clock_mhz"] * 1e6 * p["bus_width_bits"] / 8 / 1e9,
-        "fp32_gflops": 2 * FP32_LANES_PER_SM[p["cc"]] * p["sms"] * clock_ghz,
+        "fp32_gflops": 2 * lanes * p["sms"] * clock_ghz,
         "smem_gbps": SMEM_BYTES_PER_CLOCK_PER_SM * p["sms"] * clock_ghz,
     }
+
+
+def fp32_lanes_per_sm(props: dict) -> int:
+    """The FP32 lanes of one SM of the chip ``props`` describes: its own compute capability
+    (``hardware_cc``) where ``BOOK_MAX_CC`` lowered the compile target, since the kernels run on that chip."""
+    cc = props.get("hardware_cc", props["cc"])
+    if cc not in FP32_LANES_PER_SM:
+        raise ValueError(f"no FP32 lane count known for compute capability {cc}")
+    return FP32_LANES_PER_SM[cc]
 
 
 def measure_copy(nbytes: int = 1 << 30, repeat: int = 20) -> float:
