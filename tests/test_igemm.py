@@ -207,6 +207,9 @@ HAND_WRITTEN = (
 )
 
 
+EXERCISE_MODULES = ("exercises.py", "solutions.py", "answers.py")
+
+
 def _hand_written(line: str) -> bool:
     return any(pattern.search(line) for pattern in HAND_WRITTEN)
 
@@ -226,9 +229,10 @@ def test_the_hand_written_patterns_catch_the_old_lists():
 
 
 def test_no_step_facts_outside_the_registry():
-    """kernels/igemm asks the records (step_info) for a step's facts; only REGISTRY lists them."""
+    """kernels/igemm asks the records (step_info) for a step's facts; only REGISTRY lists them. The exercise
+    modules hold an exercise's own shapes and answers, which name no step."""
     found = []
-    for path in sorted(IGEMM.glob("*.py")):
+    for path in sorted(p for p in IGEMM.glob("*.py") if p.name not in EXERCISE_MODULES):
         text = path.read_text()
         registry = set()
         for node in ast.parse(text).body:
