@@ -37,7 +37,7 @@ SHAPES = {
 }
 BASELINES = {"cudnn_frontend": "frontend plan", "torch": "PyTorch"}  # the frontend's fastest; F.conv2d, cudnn.benchmark
 CLASSES = ("less than one wave", "padded tiles", "full waves")  # what ``reason`` starts with
-WARMUP, REPEAT = 3, 20  # kernels of 10 us to 1 ms: the median of 20 moves by well under a percent
+WARMUP, REPEAT = 3, 20  # the stored runs spread (IQR) a few percent at most: a median of 20 is within a percent
 SITTING_HOURS = 2  # rows this GPU recorded at this commit so recently are this sitting's: measure() reuses them
 # Split K swept on the layer with the most K per tile: 8 output tiles, 72 K steps each; every split step.
 SWEEP_SHAPE = "vgg conv5 N1 14x14 512-512"
