@@ -207,6 +207,9 @@ HAND_WRITTEN = (
 )
 
 
+EXERCISE_MODULES = ("exercises.py", "solutions.py", "answers.py")
+
+
 def _hand_written(line: str) -> bool:
     return any(pattern.search(line) for pattern in HAND_WRITTEN)
 
@@ -226,9 +229,10 @@ def test_the_hand_written_patterns_catch_the_old_lists():
 
 
 def test_no_step_facts_outside_the_registry():
-    """kernels/igemm asks the records (step_info) for a step's facts; only REGISTRY lists them."""
+    """kernels/igemm asks the records (step_info) for a step's facts; only REGISTRY lists them. The exercise
+    modules hold an exercise's own shapes and answers, which name no step."""
     found = []
-    for path in sorted(IGEMM.glob("*.py")):
+    for path in sorted(p for p in IGEMM.glob("*.py") if p.name not in EXERCISE_MODULES):
         text = path.read_text()
         registry = set()
         for node in ast.parse(text).body:
@@ -1072,3 +1076,33 @@ def test_the_profile_table_is_stored_and_read_back(tmp_path):
     assert slug == results.REFERENCE_GPU
     assert stored == {r["variant"]: {c: r[c] for c in profile.COLUMNS} for r in rows}
     assert profile.stored(tmp_path / "none") is None
+
+
+def test_a_page_fills_every_quoted_glue_name_that_no_cell_stored(monkeypatch):
+    """Where a GPU leaves steps out, their cells glue nothing: Glue.fill gives every name the Markdown quotes a
+    value, the word NOT_RUN, and says which."""
+    from kernels.harness import glue as harness_glue
+    from kernels.igemm import pages
+
+    stored = {}
+    monkeypatch.setattr(harness_glue, "glue", lambda name, value: stored.__setitem__(name, value))
+    quoted = pages.quoted("05_implicit_gemm")
+    assert {"step_count", "hopper_steps", "v6_tflops", "v12_why"} <= set(quoted)
+    glue = pages.Glue()
+    glue("step_count", len(ig.REGISTRY))
+    left = glue.fill("05_implicit_gemm")
+    assert set(left) == set(quoted) - {"step_count"} and set(stored) == set(quoted)
+    assert stored["step_count"] == len(ig.REGISTRY) and {stored[n] for n in left} == {pages.NOT_RUN}
+    assert glue.fill("05_implicit_gemm") == []
+
+
+@pytest.mark.parametrize("page", ["05_implicit_gemm", "05_implicit_gemm_deep_profile", "05_implicit_gemm_deep_shapes"])
+def test_the_chapter_types_no_step_count_and_no_range_past_the_last_step(page):
+    from kernels.igemm import pages
+
+    cells = json.loads((pages.NOTEBOOKS / f"{page}.ipynb").read_text())["cells"]
+    text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert not re.findall(r"\b(?:ten|eleven|twelve|thirteen) steps\b", text, flags=re.I)
+    last = max(s.number for s in ig.REGISTRY)
+    for a, b in re.findall(r"\b[Ss]teps (\d+)(?: to |-)(\d+)\b", text):
+        assert 1 <= int(a) < int(b) <= last, f"{page}: steps {a} to {b}; the steps are 1 to {last}"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gpus import A100, H100, T4
-from kernels.harness import results
+from kernels.harness import device, results
 from kernels.igemm import common as ig
 from kernels.igemm import shapes
 
@@ -493,3 +493,57 @@ def test_the_sweep_findings_choose_their_words_from_the_numbers():
     assert f["choice_pct"] == pytest.approx(100 * (70 / 16 - 1))
     assert f["choice_note"] == f"{100 * (70 / 16 - 1):.0f}% above the fastest split"
     assert shapes.curve_shape({1: 3.0, 2: 2.0, 4: 1.0}) == "falls all the way to the largest split"
+
+
+def test_measure_reuses_this_sittings_times_after_checking_the_steps(capsys):
+    """A step timed earlier in the sitting is checked, not timed again (a wrong one still gets no row); a
+    baseline timed earlier is not run at all."""
+    step_launch, baselines = _fake(wrong={(3, None)})
+    ran = []
+
+    def frontend(problem, x, w, out):
+        ran.append(problem)
+        return baselines["cudnn_frontend"](problem, x, w, out)
+
+    known = {("shape_v2_wmma", "tiny"): 9.0, ("shape_v3_ldmatrix", "tiny"): 0.1, ("shape_cudnn_frontend", "tiny"): 7.0}
+    rows = shapes.measure(
+        {"tiny": ig.CI_PROBLEM},
+        timer=lambda launch: launch.ms,
+        step_launch=step_launch,
+        baselines={**baselines, "cudnn_frontend": frontend},
+        known=known,
+    )
+    ms = {r["kernel"]: r["value"] for r in rows if r["metric"] == "ms" and r["kernel"] != "shape_best_step"}
+    assert ms["shape_v2_wmma"] == 9.0 and ms["shape_cudnn_frontend"] == 7.0 and not ran
+    assert "shape_v3_ldmatrix" not in ms and "FAIL  v3_ldmatrix on tiny" in capsys.readouterr().out
+    assert ms["shape_torch"] == 2.0 and ms["shape_v4_cp_async_3stages"] == pytest.approx(1.41)
+
+
+def test_the_source_shape_reads_the_chapters_own_names_and_no_other_shape_does():
+    known = {("v5_epilogue", shapes.SOURCE): 0.6, ("cudnn", shapes.SOURCE): 0.15}
+    source = next(name for name, p in shapes.SHAPES.items() if p == ig.PROBLEM)
+    aliases = shapes._chapter_aliases(5, ig.default_stages(5), ig.BLOCK_N)
+    assert shapes._earlier(known, ig.stored_name(5, 3), source, ig.PROBLEM, aliases) == 0.6
+    assert shapes._earlier(known, "cudnn_frontend", source, ig.PROBLEM, ("cudnn",)) == 0.15
+    assert shapes._earlier(known, ig.stored_name(5, 4), source, ig.PROBLEM, ()) is None
+    assert shapes._earlier(known, "cudnn_frontend", "tiny", ig.CI_PROBLEM, ("cudnn",)) is None
+
+
+def test_sitting_ms_takes_this_commits_recent_rows_of_this_gpu_only(tmp_path, monkeypatch):
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def stamp(hours):
+        return (now - datetime.timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    row = {"kernel": "v2_wmma", "problem": shapes.SOURCE, "metric": "ms", "value": 1.0, "unit": "ms"}
+    for commit, hours, value in (("abc1234def56", 0.1, 1.0), ("0000000aaaaa", 0.1, 2.0), ("abc1234def56", 5, 3.0)):
+        env = {"gpu_slug": "fake-gpu", "gpu": "Fake GPU", "date": stamp(hours), "commit": commit}
+        results.record("igemm", [{**row, "kernel": f"k{value:.0f}", "value": value}], env=env, root=tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(device, "MODE", device.GPU)
+    monkeypatch.setattr(device, "environment", lambda: {"gpu_slug": "fake-gpu", "commit": "abc1234def56"})
+    assert shapes.sitting_ms() == {("k1", shapes.SOURCE): 1.0}
+    monkeypatch.setattr(device, "environment", lambda: {"gpu_slug": "fake-gpu", "commit": "unknown"})
+    assert shapes.sitting_ms() == {}

@@ -31,7 +31,7 @@ SPLIT_REDUCE_THREADS = 256  # per block of igemm_split_reduce, 8 outputs each
 def cuda_kernel(step: int, stages: int = 3, x_bypass_l1: bool = False, block_n: int | None = None):
     """The compiled CUDA C++ kernel of ``step`` (2-12), with its dynamic shared memory allowed.
 
-    ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather as first written (cp.async.cg, past the L1);
+    ``x_bypass_l1`` rebuilds step 4 or 5 with the input gather through cp.async.cg (past the L1);
     ``block_n`` (NARROW_N) builds step 11's 128x64 tiles."""
     from ..harness import cuda_cpp
 

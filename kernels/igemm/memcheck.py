@@ -2,13 +2,12 @@
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python -m kernels.igemm.memcheck [STEP ...]
 
-Prints one verdict per run, and one line per reason a run is left out on this GPU; exits non-zero if
-any result is wrong. Steps named on the command line limit the runs to those steps.
+Prints each wrong result, one verdict line for all the runs (check.sanitized) and one line per reason a
+run is left out on this GPU; exits non-zero if any result is wrong. Steps named on the command line limit
+the runs to those steps.
 """
 
 import sys
-
-import numpy as np
 
 # (step, launcher options) run at each odd shape; step 1 runs on the first layer's C = 3 instead.
 ODD_RUNS = (
@@ -38,20 +37,23 @@ ODD_RUNS = (
 
 
 def main(steps=None) -> int:
-    from ..harness import device
+    from ..harness import check
     from . import common as ig
 
     unknown = sorted(set(steps or ()) - set(ig.STEPS))
     if unknown:
         raise ValueError(f"steps must be among {sorted(ig.STEPS)}, got {unknown}")
-    if not device.on_gpu():
-        print("needs a CUDA GPU; memcheck has nothing to check in the simulator")
-        return 1
+    return check.sanitized(lambda rng: _checks(rng, steps))
+
+
+def _checks(rng, steps) -> list:
+    """Every run's verdict (check.CheckResult), the steps this GPU leaves out skipped with one line each."""
     import cupy
 
-    rng = np.random.default_rng(0)
+    from . import common as ig
+
     runs = [(1, ig.FIRST_LAYER, {})] + [(step, p, options) for p in ig.ODD_PROBLEMS[:3] for step, options in ODD_RUNS]
-    failed = 0
+    results = []
     for step, problem, options in runs:
         if (steps and step not in steps) or ig.left_out(step, options.get("stages"), options.get("block_n")):
             continue
@@ -60,15 +62,9 @@ def main(steps=None) -> int:
             options = {**options, "blocks": options["splits"]} if "blocks" in options else options
         x, w = ig.random_inputs(problem, rng, cupy)
         out = ig.conv(step, x, w, pad=problem.pad, stride=problem.stride, **options)
-        result = ig.compare(
-            out,
-            ig.reference(x, w, pad=problem.pad, stride=problem.stride),
-            problem,
-            name=f"step {step} {options or '(defaults)'} {problem.label()}",
-        )
-        failed += not result.ok
-        print(result, flush=True)
-    return 1 if failed else 0
+        ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
+        results.append(ig.compare(out, ref, problem, name=f"step {step} {options or '(defaults)'} {problem.label()}"))
+    return results
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ import numpy as np
 
 from ..harness import device, results
 
-# (label, step, launcher options): step 4 as first written (input through cp.async.cg) and as fixed.
+# (label, step, launcher options): step 4 with its input through cp.async.cg (past the L1) and through .ca.
 VARIANTS = (
     ("v3_ldmatrix", 3, {}),
-    ("v4_cp_async, x via cp.async.cg (round 1)", 4, {"x_bypass_l1": True}),
+    ("v4_cp_async, x via cp.async.cg", 4, {"x_bypass_l1": True}),
     ("v4_cp_async, x via cp.async.ca", 4, {}),
     ("v5_epilogue", 5, {}),
     ("v6_wgmma, 3 stages", 6, {"stages": 3}),

@@ -47,7 +47,7 @@ class Step:
     epilogue: bool = False  # takes alpha, bias and ReLU
     specialized: bool = False  # warp-specialized: 128x256 tiles, a grid of `blocks` walking them
     ping_pong: bool = False  # its two consumer warpgroups take turns, each on a whole 128x128 tile
-    x_bypass_l1: bool = False  # can be rebuilt with the input gather as first written (cp.async.cg)
+    x_bypass_l1: bool = False  # can be rebuilt with the input gather through cp.async.cg (past the L1)
     tma_filters: bool = False  # reads the filters through a TMA descriptor instead of a pointer
     tma_store: bool = False  # writes the output through a staging tile and a TMA descriptor
     tma_im2col: bool = False  # reads the input through an im2col TMA descriptor, K steps tap by tap

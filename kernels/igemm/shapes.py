@@ -8,7 +8,9 @@ On a GPU it times and records, then prints the table; without one it prints one 
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +37,8 @@ SHAPES = {
 }
 BASELINES = {"cudnn_frontend": "frontend plan", "torch": "PyTorch"}  # the frontend's fastest; F.conv2d, cudnn.benchmark
 CLASSES = ("less than one wave", "padded tiles", "full waves")  # what ``reason`` starts with
-WARMUP, REPEAT = 5, 30
+WARMUP, REPEAT = 3, 20  # the stored runs spread (IQR) a few percent at most: a median of 20 is within a percent
+SITTING_HOURS = 2  # rows this GPU recorded at this commit so recently are this sitting's: measure() reuses them
 # Split K swept on the layer with the most K per tile: 8 output tiles, 72 K steps each; every split step.
 SWEEP_SHAPE = "vgg conv5 N1 14x14 512-512"
 SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 9, 12, 15, 18, 24, 36)  # each leaves every split some of the 72 K steps
@@ -178,33 +181,84 @@ def _torch(problem: ig.Problem, x, w, out):
 BASELINE_LAUNCHERS = {"cudnn_frontend": _cudnn_frontend, "torch": _torch}
 
 
-def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch, baselines=None, rng=None) -> list:
+def sitting_ms() -> dict:
+    """{(kernel, problem): ms} of the chapter's rows that this GPU recorded at the current commit in the
+    last SITTING_HOURS: measurements of this sitting that ``measure`` need not repeat (notebook 05's
+    timings of the source problem, this page's narrow calibration, or this table's rows from a run cut
+    short). Empty without a GPU or where the commit is unknown."""
+    if not device.on_gpu():
+        return {}
+    env = device.environment()
+    if not re.fullmatch(r"[0-9a-f]{7,40}", env["commit"]):
+        return {}
+    since = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=SITTING_HOURS)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    return {
+        (r["kernel"], r["problem"]): float(r["value"])
+        for r in results.load(CHAPTER, env["gpu_slug"])
+        if r["commit"] == env["commit"] and r["metric"] == "ms" and r["date"] >= since
+    }
+
+
+# The chapter's own names (notebook 05) of a baseline's timing of the source problem.
+CHAPTER_BASELINES = {"cudnn_frontend": "cudnn"}
+
+
+def _earlier(known: dict, kernel: str, name: str, problem: ig.Problem, aliases=()) -> float | None:
+    """The ms of ``kernel`` on shape ``name`` in ``known`` (sitting_ms): this table's own row, or on the
+    source problem the chapter's row under the kernel's name or one of its ``aliases``; else None."""
+    names = [(PREFIX + kernel, name)]
+    if problem == ig.PROBLEM:
+        names += [(k, SOURCE) for k in (kernel, *aliases)]
+    return next((known[n] for n in names if n in known), None)
+
+
+def _chapter_aliases(step: int, stages, block_n: int) -> tuple[str, ...]:
+    """Other names notebook 05 gives the build: a step's default build without its depth (v5_epilogue)."""
+    default = stages == ig.default_stages(step) and block_n == ig.step_info(step).block_n
+    return (ig.stored_name(step, None),) if default else ()
+
+
+def measure(
+    shapes: dict | None = None, *, timer=_time, step_launch=_step_launch, baselines=None, rng=None, known=None
+) -> list:
     """Rows (kernel, problem, metric, value, unit) of every eligible step, best_step's choice and each
     cuDNN baseline on every shape, each output checked against the float32 reference first: a wrong one
     is printed and gets no row. ``timer(launch) -> ms``, ``step_launch`` and ``baselines`` are the GPU's
-    by default (the tests pass fakes)."""
+    by default (the tests pass fakes). ``known`` ({(kernel, problem): ms}, sitting_ms's) holds times of
+    this sitting: a step found there is checked but not timed again, a baseline (checked where it was
+    timed) not run at all."""
     shapes = SHAPES if shapes is None else shapes
     baselines = BASELINE_LAUNCHERS if baselines is None else baselines
+    known = known or {}
     rng = rng or np.random.default_rng(5)
     xp = device.xp()
     rows = []
     for name, problem in shapes.items():
         x, w = ig.random_inputs(problem, rng, xp)
         ref = ig.reference(x, w, pad=problem.pad, stride=problem.stride)
-        launches = []
+        launches, ms = [], {}
         makers = [
             (
                 ig.stored_name(step, stages, block_n=n),
                 lambda p, x, w, out, v=(step, stages), n=n: step_launch(*v, x, w, out, p, block_n=n),
+                _chapter_aliases(step, stages, n),
             )
             for step, stages, n in ig.variants(problem)
         ]
         choice = ig.best_step(problem)
         if choice.splits > 1:  # split K: timed as best_step's own row, not as a variant of the table
             makers.append(
-                (choice.name, lambda p, x, w, out, c=choice: step_launch(c.step, c.stages, x, w, out, p, c.splits))
+                (choice.name, lambda p, x, w, out, c=choice: step_launch(c.step, c.stages, x, w, out, p, c.splits), ())
             )
-        for kernel, make in [*makers, *baselines.items()]:
+        for kernel, make in baselines.items():
+            earlier = _earlier(known, kernel, name, problem, (CHAPTER_BASELINES.get(kernel, kernel),))
+            if earlier is not None:
+                ms[kernel] = earlier
+            else:
+                makers.append((kernel, make, ()))
+        for kernel, make, aliases in makers:
             out = xp.empty(problem.y_shape, dtype=np.float16)
             try:
                 launch = make(problem, x, w, out)
@@ -212,9 +266,8 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
                 print(f"{kernel} left out on {name}: {type(err).__name__}: {str(err)[:120]}")
                 continue
             if launch is not None:
-                launches.append((kernel, out, launch))
-        ms = {}
-        for kernel, out, launch in launches:
+                launches.append((kernel, out, launch, _earlier(known, kernel, name, problem, aliases)))
+        for kernel, out, launch, earlier in launches:
             check.poison(out)
             launch()
             verdict = ig.compare(out, ref, problem, name=f"{kernel} on {name}")
@@ -223,11 +276,10 @@ def measure(shapes: dict | None = None, *, timer=_time, step_launch=_step_launch
                 continue
             if hasattr(launch, "copy"):
                 launch.copy = False  # PyTorch's copy to the checked array is no part of its time
-            ms[kernel] = float(timer(launch))
+            ms[kernel] = float(timer(launch)) if earlier is None else earlier
+        for kernel, t in ms.items():
             if kernel != choice.name or choice.splits == 1:
-                rows.append(
-                    {"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": ms[kernel], "unit": "ms"}
-                )
+                rows.append({"kernel": PREFIX + kernel, "problem": name, "metric": "ms", "value": t, "unit": "ms"})
         if choice.name in ms:
             rows += [
                 {"kernel": PREFIX + "best_step", "problem": name, "metric": metric, "value": value, "unit": unit}
@@ -246,7 +298,8 @@ def measured_or_stored() -> list[dict]:
     """On a GPU: measure() recorded and returned (results.measured_or_stored). Otherwise the reference
     GPU's newest rows of this table, with one short line saying so (not the names of all its kernels)."""
     if device.on_gpu():
-        return results.measured_or_stored(CHAPTER, measure, kernels())
+        known = sitting_ms()  # read before measuring: this run's own rows are recorded after it
+        return results.measured_or_stored(CHAPTER, lambda: measure(known=known), kernels())
     stored = [r for r in results.latest(CHAPTER, results.REFERENCE_GPU).values() if r["kernel"] in kernels()]
     gpu = stored[0]["gpu"] if stored else results.REFERENCE_GPU
     print(f"(timing needs a GPU: showing {len(stored)} stored measurements of the shape table from {gpu})")
