@@ -110,7 +110,7 @@ def profile_rows(counters: dict, shape=common.BENCH_SHAPE) -> list[dict]:
         rows.append(
             {
                 "version": v,
-                "warp instr / px": c["thread instructions / px"],
+                "thread instr / px": c["thread instructions / px"],
                 "FFMA / px": c["FFMA thread instructions"] / px,
                 "local instr / px": c["local instructions / px"],
                 "DRAM B / px": c["DRAM bytes / px"],
@@ -124,7 +124,7 @@ def profile_rows(counters: dict, shape=common.BENCH_SHAPE) -> list[dict]:
 
 
 PROFILE_FORMATS = {
-    "warp instr / px": ".1f",
+    "thread instr / px": ".1f",
     "FFMA / px": ".1f",
     "local instr / px": ".2f",
     "DRAM B / px": ".1f",
