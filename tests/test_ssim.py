@@ -752,6 +752,40 @@ def test_verdicts_count_each_version_and_fold_every_line():
     assert all(line in folded for line in lines) and folded.rstrip().endswith("</details>")
 
 
+def test_sanitized_shows_the_checks_as_one_table_and_the_sanitizer_lines_beside_it(monkeypatch, capsys):
+    from kernels.ssim import bench
+
+    shown, calls = [], []
+    said = [
+        "PASS  V5 1x3x37x53 inference: max|err| <= 0.0001",
+        "FAIL  backward 1x3x37x53: max|err| <= 1e-06",
+        "========= ERROR SUMMARY: 0 errors",
+        "memcheck: clean",
+    ]
+    monkeypatch.setattr(check, "memcheck", lambda args, **kw: calls.append(args) or print("\n".join(said)))
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    bench.sanitized(["V5"])
+    assert calls == [["scripts/ssim_sanitize.py", "V5"]]
+    (table,) = shown
+    assert "| V5 | 1 | 1 | 0 |" in table.data and "| backward | 1 | 0 | 1 |" in table.data
+    assert capsys.readouterr().out.splitlines() == said[2:], "the sanitizer's own lines, and no verdict line"
+
+
+def test_without_a_gpu_the_cap_leaves_out_what_the_capped_reference_gpu_cannot_run(monkeypatch, capsys):
+    """In the simulator the reference GPU stands in, capped like a GPU would be: the same versions left out."""
+    from kernels.ssim import bench
+
+    monkeypatch.setattr(device, "on_gpu", lambda: False)
+    monkeypatch.setenv("BOOK_MAX_CC", "7.5")
+    assert cuda_versions.runnable(common.BEYOND) == ["V5", "V6"]
+    assert len(capsys.readouterr().out.splitlines()) == len(common.BEYOND) - 2
+    with pytest.raises(RuntimeError, match="needs sm_80 or later; this GPU is sm_75"):
+        bench.resources("V7")
+    assert bench.resources("V7", "sm_90")["registers"] > 0, "the reference GPU's architecture, named"
+    monkeypatch.delenv("BOOK_MAX_CC")
+    assert cuda_versions.runnable(common.BEYOND) == common.BEYOND and not capsys.readouterr().out
+
+
 @pytest.mark.parametrize("registers", [64, 128, 133, 168, 169, 224, 255])
 def test_warps_per_sm_fill_each_schedulers_quarter_of_the_register_file(registers):
     from kernels.ssim import bench

@@ -110,7 +110,7 @@ def profile_rows(counters: dict, shape=common.BENCH_SHAPE) -> list[dict]:
         rows.append(
             {
                 "version": v,
-                "warp instr / px": c["thread instructions / px"],
+                "thread instr / px": c["thread instructions / px"],
                 "FFMA / px": c["FFMA thread instructions"] / px,
                 "local instr / px": c["local instructions / px"],
                 "DRAM B / px": c["DRAM bytes / px"],
@@ -124,7 +124,7 @@ def profile_rows(counters: dict, shape=common.BENCH_SHAPE) -> list[dict]:
 
 
 PROFILE_FORMATS = {
-    "warp instr / px": ".1f",
+    "thread instr / px": ".1f",
     "FFMA / px": ".1f",
     "local instr / px": ".2f",
     "DRAM B / px": ".1f",
@@ -199,6 +199,23 @@ def verdicts(lines: list[str]):
     listing = "\n".join(lines)
     details = f"\n<details><summary>All {len(lines)} verdicts</summary>\n\n```\n{listing}\n```\n\n</details>\n"
     return Markdown(head + body + failed + details)
+
+
+def sanitized(versions) -> None:
+    """``scripts/ssim_sanitize.py`` over ``versions`` under compute-sanitizer's memcheck (``check.memcheck``),
+    shown as one verdict table (``verdicts``) and the sanitizer's own lines; without a GPU, its one line."""
+    import contextlib
+    import io
+
+    from IPython.display import display
+
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        check.memcheck(["scripts/ssim_sanitize.py", *versions], tail=10_000)
+    lines = said.getvalue().splitlines()
+    checks = [line for line in lines if line.startswith(("PASS ", "FAIL "))]
+    if checks:
+        display(verdicts(checks))
+    print("\n".join(line for line in lines if line.strip() and line not in checks))
 
 
 def glue_change(name: str, new: float, old: float, less: str = "less", more: str = "more") -> None:
@@ -371,15 +388,17 @@ def step(measured: dict, new: str, old: str) -> str:
     return f"time {new} / {old}: here {here}; A100 (worklog) {there}"
 
 
-def resources(version: str) -> dict:
+def resources(version: str, arch: str | None = None) -> dict:
     """Registers and local memory per thread, shared memory per block, for the compiled kernel.
 
     Numba versions: the kernel compiled for the last launch (run the version once first);
-    CUDA C++ versions: ptxas's report for this GPU's architecture (a RuntimeError if it cannot run it).
+    CUDA C++ versions: ptxas's report for ``arch`` ("sm_90"), by default the target GPU's architecture (a
+    RuntimeError if that GPU cannot run it).
     """
     if registry.get(version).language == "cuda":
-        cuda_versions.require_runnable(version)
-        arch = device.target_arch()
+        if arch is None:
+            cuda_versions.require_runnable(version)
+            arch = device.target_arch()
         (r,) = [
             r
             for r in cuda_cpp.compile_cubin(cuda_versions.source(version), arch).resources

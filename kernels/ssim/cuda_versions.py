@@ -34,13 +34,12 @@ def unsupported(version: str, props: dict) -> str | None:
 
 
 def runnable(versions) -> list[str]:
-    """The ``versions`` this GPU can run, printing one line for each left out (all of them without a
-    GPU, where the reference GPU's stored runs stand in)."""
-    if not device.on_gpu():
-        return list(versions)
+    """The ``versions`` the target GPU can run (``device.target_properties()``: this GPU, or without one the
+    reference GPU, under ``BOOK_MAX_CC`` as capped), printing one line for each left out."""
+    props = device.target_properties()
     kept = []
     for v in versions:
-        if why := unsupported(v, device.properties()):
+        if why := unsupported(v, props):
             print(f"left out on this GPU: {why}")
         else:
             kept.append(v)
@@ -48,8 +47,9 @@ def runnable(versions) -> list[str]:
 
 
 def require_runnable(version: str) -> None:
-    """A RuntimeError saying why, where this GPU cannot run ``version`` (instead of a compiler error)."""
-    if device.on_gpu() and (why := unsupported(version, device.properties())):
+    """A RuntimeError saying why, where the target GPU (``runnable``'s) cannot run ``version`` (instead of a
+    compiler error)."""
+    if why := unsupported(version, device.target_properties()):
         raise RuntimeError(why)
 
 

@@ -110,7 +110,7 @@ register(
                 "per output row, over 2 columns, plus the formula",
                 rtol=0.05,
             ),
-            "profiler": Part("the warp instr / px column of the profiler table, row V6"),
+            "profiler": Part("the thread instr / px column of the profiler table, row V6"),
         },
     )
 )
