@@ -42,9 +42,16 @@ def chapters() -> list[str]:
     return out.stdout.split()
 
 
+# Pages that quote rows another page of their chapter measures: that page runs first, so both show one sitting.
+RUN_FIRST = {"02b_ssim_beyond": ("02b_ssim_beyond_deep_training",)}  # 02b quotes the training page's step rows
+
+
 def book_notebooks(order: list[str]) -> list[Path]:
-    """Every notebook, chapter by chapter in ``order`` (each chapter's deep-dive pages after it)."""
-    found = [nb for chapter in order for nb in rerun.chapter_notebooks(chapter)]
+    """Every notebook, chapter by chapter in ``order`` (each chapter's deep-dive pages after it, except those
+    RUN_FIRST puts before the page that quotes them)."""
+    found = []
+    for nb in (nb for chapter in order for nb in rerun.chapter_notebooks(chapter)):
+        found += [nb.parent / f"{stem}.ipynb" for stem in RUN_FIRST.get(nb.stem, ())] + [nb]
     missing = sorted(set((ROOT / "notebooks").glob("*.ipynb")) - set(found))
     if missing:
         raise SystemExit(f"notebooks no chapter of the order reaches: {', '.join(p.name for p in missing)}")

@@ -74,3 +74,10 @@ def test_a_budget_reads_each_notebooks_last_duration(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "b.ipynb")
     assert rerun_book.last_duration(tmp_path / "a.ipynb") == 12.5
     assert rerun_book.last_duration(tmp_path / "b.ipynb") == 0.0  # never executed: nothing to wait for
+
+
+def test_a_page_runs_after_the_pages_whose_rows_it_quotes():
+    stems = [nb.stem for nb in rerun_book.book_notebooks(rerun_book.chapters())]
+    assert len(stems) == len(set(stems))
+    for page, quoted in rerun_book.RUN_FIRST.items():
+        assert all(stems.index(q) < stems.index(page) for q in quoted)
