@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="seconds this call may take: start no notebook whose last duration would end past it (resume later)",
     )
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="--budget's guess of a notebook's time: its last duration times this"
+    )
     args = parser.parse_args(argv)
     if args.force_update and not args.update:
         parser.error("--force-update: only with --update")
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{nb.stem:45s} done earlier in this run ({done[nb.stem]:.1f} s)", flush=True)
             durations[nb.stem] = done[nb.stem]
             continue
-        if left or (args.budget and time.perf_counter() - began + last_duration(nb) > args.budget):
+        if left or (args.budget and time.perf_counter() - began + args.scale * last_duration(nb) > args.budget):
             left.append(nb.stem)  # in order: later chapters quote earlier ones' rows
             continue
         start = time.perf_counter()
