@@ -703,3 +703,19 @@ def test_operand_cycles_under_the_volta_rule_wait_only_for_three_sources_in_one_
     assert [answers.operand_cycles(t, "volta") for t in answers.REGBANK_FFMAS] == [1, 1, 2, 2]
     with pytest.raises(ValueError, match="model: expected one of \\['ampere', 'volta'\\], got 'hopper'"):
         answers.operand_cycles("FFMA R0, R0, R2, R3", "hopper")
+
+
+def test_every_probe_row_is_made_with_the_columns_row_takes():
+    """common.row takes the five columns only (the store refuses other keys): a GPU-only probe that passed
+    one more would fail on the GPU alone, so every call is checked here, in the source."""
+    import ast
+    import inspect
+
+    allowed = list(inspect.signature(common.row).parameters)
+    for path in sorted(common.HERE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "row":
+                keys = [k.arg for k in node.keywords]
+                assert set(keys) <= set(allowed) and len(node.args) + len(keys) == len(allowed), (
+                    f"{path.name}:{node.lineno}: row() with {len(node.args)} values and keywords {keys}"
+                )

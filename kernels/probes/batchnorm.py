@@ -122,7 +122,6 @@ def run_batchnorm(cases, *, batch: int = 128, pixels: int = 64 * 56 * 56, repeat
                 "throughput",
                 batch * pixels / (t.median_ms * 1e-3) / 1e9,
                 "Gvalues/s",
-                tpc=tpc,
             ),
             row(
                 f"batchnorm {version}",
@@ -130,7 +129,6 @@ def run_batchnorm(cases, *, batch: int = 128, pixels: int = 64 * 56 * 56, repeat
                 "bandwidth",
                 8 * batch * pixels / (t.median_ms * 1e-3) / 1e9,
                 "GB/s",
-                tpc=tpc,
             ),
         ]
     return rows

@@ -76,8 +76,6 @@ def run_launch_rate(shapes, *, total_threads: int = 2**28, max_blocks: int = 2**
                 "threads per cycle",
                 rate,
                 "threads/cycle",
-                threads=threads,
-                dims=sum(d > 1 for d in shape) or 1,
             )
         )
     return rows
@@ -188,8 +186,6 @@ def run_fma(variants, threads_list, *, blocks: int = 1, iters: int = 2**19 - 88,
                 "FMA per cycle per SM",
                 per_sm,
                 "FMA/cycle/SM",
-                threads=threads,
-                blocks=blocks,
             )
         )
     return rows

@@ -258,7 +258,6 @@ def run_mem_divergence(divergences=(0, 1, 3, 7, 15, 31), *, n: int = 2**26, repe
     rows = []
     for d in divergences:
         t = timing.benchmark(lambda d=d: store_divergent(buf, d), warmup=2, repeat=repeat)
-        share = sum((lane & d) != d for lane in range(32)) / 32
         rows.append(
             row(
                 "store divergent",
@@ -266,8 +265,6 @@ def run_mem_divergence(divergences=(0, 1, 3, 7, 15, 31), *, n: int = 2**26, repe
                 "bandwidth",
                 4 * n / (t.median_ms * 1e-3) / 1e9,
                 "GB/s",
-                mask=d,
-                second_path_share=share,
             )
         )
     return rows
@@ -345,7 +342,6 @@ def run_channels(strides, *, lines: int = 2**18, repeat: int = 10) -> list[dict]
                 "bandwidth",
                 128 * lines / (t.median_ms * 1e-3) / 1e9,
                 "GB/s",
-                stride=s,
             )
         )
     return rows
@@ -402,8 +398,6 @@ def run_bank_conflicts(strides=range(1, 34), *, steps: int = 4096) -> list[dict]
                 "latency",
                 int(cycles.get()[0]) / steps,
                 "cycles",
-                stride=s,
-                ways=bank_ways(s),
             )
         )
     return rows
@@ -487,7 +481,6 @@ def run_padding(versions, channels_list, *, shape=(1024, 1024, 7, 7), p: int = 3
                 "bandwidth",
                 nbytes / (t.median_ms * 1e-3) / 1e9,
                 "GB/s",
-                channels=ch,
             )
         )
     return rows
