@@ -93,7 +93,6 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SITTING_S = 900  # the book reruns whole on one lent GPU in one sitting (scripts/rerun_book.py)
 
 
-@pytest.mark.xfail(strict=True, reason="the committed pages come from two GPUs until the whole book is rerun on one")
 def test_the_committed_book_is_one_gpus_run():
     by_gpu: dict[str, list[str]] = {}
     for nb in NOTEBOOKS:
@@ -104,7 +103,6 @@ def test_the_committed_book_is_one_gpus_run():
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the committed run took longer than one sitting until the book is rerun whole")
 def test_the_committed_book_reruns_in_one_sitting():
     seconds = {nb.stem: nbformat.read(nb, as_version=4).metadata["papermill"]["duration"] for nb in NOTEBOOKS}
     slowest = ", ".join(f"{stem} {s:.0f} s" for stem, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:5])
