@@ -808,3 +808,12 @@ def test_an_in_process_check_whose_launch_calls_sys_exit_reports_it(capsys):
 
     report = exercise.check("machine-ex-saxpy", lambda out, x, y, a: sys.exit(0))
     assert not report.ok and "`launch` called sys.exit(0): a launch must return" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_copy_kernels_take_any_one_dtype(dtype, rng):
+    """float64 too: a dtype compares equal to None (np.dtype(None) is float64), so the check must not use ==."""
+    src = xp.asarray((rng.random(40) * 100).astype(dtype))
+    dst = check.poison(xp.empty_like(src))
+    machine_copy.copy_kernel[1, 8](dst, src)
+    check.assert_close(dst, check.to_host(src), atol=0.0)

@@ -47,7 +47,8 @@ class _OneDtype:
 
         def launch_checked(dst, src):
             kinds = [getattr(a, "dtype", None) for a in (dst, src)]
-            if None in kinds or np.dtype(kinds[0]) != np.dtype(kinds[1]):
+            # `None in kinds` would be wrong: a dtype equals None, np.dtype(None) being float64.
+            if any(k is None for k in kinds) or np.dtype(kinds[0]) != np.dtype(kinds[1]):
                 raise TypeError(
                     f"dst and src: {self._kernel.py_func.__name__} copies without converting, so both need one "
                     f"dtype; got dst {kinds[0] or type(dst).__name__} and src {kinds[1] or type(src).__name__}"
