@@ -36,6 +36,11 @@ def test_notebook_runs_with_ci_profile(notebook, tmp_path):
     assert not errors
 
 
+# Pages whose committed outputs come from the stored-rows (simulator) path, not a GPU run: their GPU rerun
+# waits for device time (tests/test_book.py's one-GPU test is a strict xfail until then).
+STORED_ROWS_PAGES = {"01_machine", "05_implicit_gemm_deep_shapes"}
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_structure(notebook):
     nb = nbformat.read(notebook, as_version=4)
@@ -45,7 +50,11 @@ def test_notebook_structure(notebook):
     assert any("device.announce(profile)" in c.source for c in code), "the mode line comes from the harness"
     assert any("nbval-check-output" in c.metadata.get("tags", []) for c in code), "some outputs must be checked"
     assert any(c.get("outputs") for c in code), "committed with the outputs of a GPU run"
-    assert "lab_run" in nb.metadata and nb.metadata["lab_run"].get("gpu"), "metadata names the GPU of the run"
+    if notebook.stem in STORED_ROWS_PAGES:  # no GPU run of its own: it must say whose stored rows it shows
+        shown = "".join(o.get("text", "") for c in code for o in c.get("outputs", []) if o.output_type == "stream")
+        assert "lab_run" not in nb.metadata and "timing needs a GPU: showing" in shown
+    else:
+        assert "lab_run" in nb.metadata and nb.metadata["lab_run"].get("gpu"), "metadata names the GPU of the run"
     if "_deep_" not in notebook.stem:  # a deep-dive page (test_prose.py) leaves the exercises to its chapter
         assert any("{exercise}" in c.source for c in nb.cells if c.cell_type == "markdown"), "exercises at the end"
 
