@@ -65,6 +65,7 @@ def test_no_wall_of_verdict_lines(nb):
 
 def test_no_bare_repr_and_no_recording_lines(nb):
     bare = [t for t in shown_texts(nb) if re.fullmatch(r"\s*(True|False|None|\w+Report\(.*|Report\(.*)\s*", t, re.S)]
+    bare += [t for t in shown_texts(nb) if re.search(r"<\w+[ .][^>]* at 0x", t)]  # an object's default repr
     assert not bare, f"a cell's bare value is shown: {bare[0][:80]!r}"
     logged = [ln for t in shown_texts(nb) for ln in t.splitlines() if re.match(r"\s*(wrote|recorded) ", ln)]
     assert not logged, f"a recording line is shown: {logged[0]!r}"

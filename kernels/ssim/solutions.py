@@ -109,11 +109,12 @@ attach(
 # --- ssim-ex-blur-tile: the x-pass, each block's rows and their halo staged in shared memory ----------------
 
 TILE_X, TILE_Y = 64, 2  # threads per block: two warps along a row, two rows
+TILE_W = TILE_X + 2 * RADIUS  # a tile row: the block's pixels and RADIUS more each side (a constant for Numba)
 
 
 @cuda.jit
 def blur_x_tile(out, img):
-    tile = cuda.shared.array((TILE_Y, TILE_X + 2 * RADIUS), float32)  # the block's pixels and RADIUS more each side
+    tile = cuda.shared.array((TILE_Y, TILE_W), float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     x, y = cuda.grid(2)
     h, w = img.shape
@@ -150,7 +151,7 @@ def launch_blur_x_from_global(out, img):
 
 @cuda.jit
 def blur_x_tile_no_barrier(out, img):
-    tile = cuda.shared.array((TILE_Y, TILE_X + 2 * RADIUS), float32)
+    tile = cuda.shared.array((TILE_Y, TILE_W), float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     x, y = cuda.grid(2)
     h, w = img.shape
@@ -174,7 +175,7 @@ def launch_blur_x_tile_no_barrier(out, img):
 
 @cuda.jit
 def blur_x_tile_no_halo(out, img):
-    tile = cuda.shared.array((TILE_Y, TILE_X + 2 * RADIUS), float32)
+    tile = cuda.shared.array((TILE_Y, TILE_W), float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     x, y = cuda.grid(2)
     h, w = img.shape
