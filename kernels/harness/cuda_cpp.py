@@ -97,13 +97,17 @@ def source_path(path: str | Path) -> Path:
     return p
 
 
+def _check_arch(arch: str) -> None:
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
+
+
 def compile_cubin(path: str | Path, arch: str = "sm_90", options: tuple = ()) -> Compiled:
     """Compile one .cu file with NVRTC for ``arch``; raise with the compiler's log on error.
 
     The file's own folder is on the include path, so a chapter's shared header is found.
     Each (source text, arch, options) is compiled once per process."""
-    if not re.fullmatch(r"sm_\d+a?", arch):
-        raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
+    _check_arch(arch)
     src = source_path(path)
     return _compile(str(src), src.read_bytes(), arch, tuple(options))
 
@@ -222,8 +226,7 @@ def compile_source(code: str, arch: str = "sm_90", name: str = "exercise.cu", op
     """``compile_cubin`` for CUDA C++ held as text, not in a file of kernels/ (a student's exercise kernel):
     NVRTC for ``arch``, the CUDA headers on the include path; a RuntimeError with the compiler's log if it
     fails. ``name`` names the source in that log."""
-    if not re.fullmatch(r"sm_\d+a?", arch):
-        raise ValueError(f"arch: expected a target like 'sm_90', got {arch!r}")
+    _check_arch(arch)
     if not isinstance(code, str):
         raise TypeError(f"code: expected CUDA C++ source text, got {type(code).__name__}")
     opts = [f"-arch={arch}", *STD_OPTIONS, *options, *(f"-I{d}" for d in include_dirs())]
